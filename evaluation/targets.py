@@ -1,0 +1,216 @@
+"""Accuracy targets of the MLPerf Inference submission checker, and the verdict against them.
+
+Values are the checker's ``accuracy-target`` / ``accuracy-upper-limit`` tables (v6.0/v6.1):
+a metric passes when ``value >= reference * lower_fraction`` and, where an upper limit
+exists, ``value <= reference * upper_fraction``. Both bounds are inclusive and are computed
+with the same float expression as the checker (``reference * fraction``), so a value exactly
+on a bound is judged the same way.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from evaluation.errors import EvaluationError
+
+ACCURACY_LEVELS: tuple[str, ...] = ("99", "99.9")
+
+
+@dataclass(frozen=True)
+class MetricTarget:
+    """One checked metric: the key in our metrics dict, the checker's name, its bounds."""
+
+    metric: str
+    checker_name: str
+    reference: float
+    lower_fraction: float
+    upper_fraction: float | None = None
+
+    @property
+    def lower_bound(self) -> float:
+        return self.reference * self.lower_fraction
+
+    @property
+    def upper_bound(self) -> float | None:
+        return None if self.upper_fraction is None else self.reference * self.upper_fraction
+
+    def accepts(self, value: float) -> bool:
+        if math.isnan(value) or value < self.lower_bound:
+            return False
+        upper = self.upper_bound
+        return upper is None or value <= upper
+
+    def describe(self) -> str:
+        """Readable bound, e.g. ">= 38.3914 (99% of 38.7792)"."""
+        low_pct = _percent(self.lower_fraction)
+        if self.upper_fraction is None:
+            return f">= {self.lower_bound:.4f} ({low_pct}% of {self.reference:g})"
+        high_pct = _percent(self.upper_fraction)
+        return (
+            f"{self.lower_bound:.4f} .. {self.upper_bound:.4f} "
+            f"({low_pct}-{high_pct}% of {self.reference:g})"
+        )
+
+
+def _percent(fraction: float) -> str:
+    return f"{fraction * 100:.1f}".rstrip("0").rstrip(".")
+
+
+@dataclass(frozen=True)
+class AccuracyTargets:
+    """The checked metrics of one benchmark at one accuracy level."""
+
+    benchmark: str
+    checker_model: str
+    accuracy_level: str
+    metrics: tuple[MetricTarget, ...]
+
+
+@dataclass(frozen=True)
+class MetricVerdict:
+    target: MetricTarget
+    value: float | None
+    passed: bool
+
+
+@dataclass(frozen=True)
+class Verdict:
+    benchmark: str
+    accuracy_level: str
+    checks: tuple[MetricVerdict, ...]
+
+    @property
+    def passed(self) -> bool:
+        return all(check.passed for check in self.checks)
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "benchmark": self.benchmark,
+            "accuracy_level": self.accuracy_level,
+            "passed": self.passed,
+            "checks": {
+                check.target.metric: {
+                    "value": check.value,
+                    "reference": check.target.reference,
+                    "lower_bound": check.target.lower_bound,
+                    "upper_bound": check.target.upper_bound,
+                    "passed": check.passed,
+                }
+                for check in self.checks
+            },
+        }
+
+
+def _rouge_family(rouge: Mapping[str, float], fraction: float) -> tuple[MetricTarget, ...]:
+    checker_names = {
+        "rouge1": "ROUGE1",
+        "rouge2": "ROUGE2",
+        "rougeL": "ROUGEL",
+        "rougeLsum": "ROUGELSUM",
+    }
+    return tuple(
+        MetricTarget(metric, checker_names[metric], reference, fraction)
+        for metric, reference in rouge.items()
+    )
+
+
+def _cnn_dailymail(rouge: Mapping[str, float], gen_len: int) -> tuple[MetricTarget, ...]:
+    # gen_len (characters of all postprocessed predictions) must stay within 90-110%.
+    return _rouge_family(rouge, 0.99) + (MetricTarget("gen_len", "GEN_LEN", gen_len, 0.9, 1.1),)
+
+
+_LLAMA2_70B_ROUGE = {"rouge1": 44.4312, "rouge2": 22.0352, "rougeL": 28.6162}
+_LLAMA2_70B_TOKENS = MetricTarget("tokens_per_sample", "TOKENS_PER_SAMPLE", 294.45, 0.9, 1.1)
+
+# Keyed by (target family, accuracy level): the checker's model names and reference values.
+_TARGETS: dict[tuple[str, str], tuple[str, tuple[MetricTarget, ...]]] = {
+    ("llama3.1-8b", "99"): (
+        "llama3.1-8b",
+        _cnn_dailymail(
+            {"rouge1": 38.7792, "rouge2": 15.9075, "rougeL": 24.4957, "rougeLsum": 35.793},
+            8167644,
+        ),
+    ),
+    ("llama3.1-8b-edge", "99"): (
+        "llama3.1-8b-edge",
+        _cnn_dailymail(
+            {"rouge1": 39.06, "rouge2": 16.1147, "rougeL": 24.6375, "rougeLsum": 36.124},
+            3051113,
+        ),
+    ),
+    ("llama2-70b", "99"): (
+        "llama2-70b-99",
+        _rouge_family(_LLAMA2_70B_ROUGE, 0.99) + (_LLAMA2_70B_TOKENS,),
+    ),
+    ("llama2-70b", "99.9"): (
+        "llama2-70b-99.9",
+        _rouge_family(_LLAMA2_70B_ROUGE, 0.999) + (_LLAMA2_70B_TOKENS,),
+    ),
+    ("llama3.1-405b", "99"): (
+        "llama3.1-405b",
+        (
+            MetricTarget("rougeL", "ROUGEL", 21.6666, 0.99),
+            MetricTarget("exact_match", "exact_match", 90.1335, 0.99),
+            MetricTarget("tokens_per_sample", "TOKENS_PER_SAMPLE", 684.68, 0.9, 1.1),
+        ),
+    ),
+}
+
+# Benchmark (LoadGen / preset) name -> target family. Interactive variants are the same
+# model on the same dataset with tighter latency limits, so they share the targets.
+BENCHMARK_FAMILIES: dict[str, str] = {
+    "llama3_1-8b": "llama3.1-8b",
+    "llama3_1-8b-interactive": "llama3.1-8b",
+    "llama3_1-8b-edge": "llama3.1-8b-edge",
+    "llama2-70b": "llama2-70b",
+    "llama2-70b-interactive": "llama2-70b",
+    "llama3_1-405b": "llama3.1-405b",
+    "llama3_1-405b-interactive": "llama3.1-405b",
+}
+
+
+def known_benchmarks() -> tuple[str, ...]:
+    return tuple(BENCHMARK_FAMILIES)
+
+
+def benchmark_family(benchmark: str) -> str:
+    try:
+        return BENCHMARK_FAMILIES[benchmark]
+    except KeyError:
+        raise EvaluationError(
+            f"unknown benchmark {benchmark!r}: use one of {', '.join(BENCHMARK_FAMILIES)}"
+        ) from None
+
+
+def targets_for(benchmark: str, accuracy_level: str = "99") -> AccuracyTargets:
+    """The checker's targets for a benchmark at accuracy level "99" or "99.9"."""
+    family = benchmark_family(benchmark)
+    entry = _TARGETS.get((family, str(accuracy_level)))
+    if entry is None:
+        levels = [level for (fam, level) in _TARGETS if fam == family]
+        raise EvaluationError(
+            f"benchmark {benchmark} has no {accuracy_level}% accuracy target: use "
+            f"--accuracy-level {' or '.join(levels)}"
+        )
+    checker_model, metrics = entry
+    return AccuracyTargets(benchmark, checker_model, str(accuracy_level), metrics)
+
+
+def judge(targets: AccuracyTargets, metrics: Mapping[str, object]) -> Verdict:
+    """PASS/FAIL per checked metric; a missing or non-numeric metric fails."""
+    checks = []
+    for target in targets.metrics:
+        value = _as_number(metrics.get(target.metric))
+        checks.append(MetricVerdict(target, value, value is not None and target.accepts(value)))
+    return Verdict(targets.benchmark, targets.accuracy_level, tuple(checks))
+
+
+def _as_number(value: object) -> float | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
