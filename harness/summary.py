@@ -1,0 +1,80 @@
+"""The result table a person reads at the end of a run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _fmt(v: Any, unit: str = "", digits: int = 1) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:,.{digits}f}{unit}"
+    return f"{v}{unit}"
+
+
+def result_rows(result: dict[str, Any]) -> list[tuple[str, str]]:
+    rows: list[tuple[str, str]] = [
+        ("benchmark", f"{result['benchmark']} ({result['loadgen_model']})"),
+        ("scenario / mode", f"{result['scenario']} / {result['mode']}"),
+        ("status", str(result.get("status"))),
+    ]
+    perf = result.get("performance")
+    if perf:
+        rows.append(("validity", perf["validity"]))
+        for reason in perf.get("invalid_reasons") or []:
+            rows.append(("  why", reason))
+        label = "tokens/s" if perf["scenario"] == "Offline" else "completed tokens/s"
+        rows.append((label, _fmt(perf.get("tokens_per_second"))))
+        rows.append(("samples/s", _fmt(perf.get("samples_per_second"), digits=2)))
+        rows.append(("samples", _fmt(perf.get("sample_count"))))
+        rows.append(("duration", _fmt(perf.get("duration_s"), " s")))
+        if perf.get("ttft_p99_ms") is not None:
+            ok = _limit_ok(perf.get("ttft_p99_ms"), perf.get("ttft_limit_ms"))
+            rows.append(("TTFT p99", f"{_fmt(perf['ttft_p99_ms'], ' ms')} "
+                                     f"(limit {_fmt(perf.get('ttft_limit_ms'), ' ms', 0)}) {ok}"))
+        if perf.get("tpot_p99_ms") is not None:
+            ok = _limit_ok(perf.get("tpot_p99_ms"), perf.get("tpot_limit_ms"))
+            rows.append(("TPOT p99", f"{_fmt(perf['tpot_p99_ms'], ' ms', 2)} "
+                                     f"(limit {_fmt(perf.get('tpot_limit_ms'), ' ms', 0)}) {ok}"))
+        if perf.get("early_stopping_met") is not None and perf["scenario"] != "Offline":
+            rows.append(("early stopping", "met" if perf["early_stopping_met"] else "NOT met"))
+    acc = result.get("accuracy")
+    if acc:
+        if acc.get("evaluation_error"):
+            rows.append(("accuracy", f"not evaluated: {acc['evaluation_error']}"))
+        elif acc.get("verdict"):
+            rows.append(("accuracy", acc["verdict"]))
+            for k, v in (acc.get("metrics") or {}).items():
+                rows.append((f"  {k}", _fmt(v, digits=4)))
+        else:
+            rows.append(("accuracy log", acc.get("log", "-")))
+    if result.get("error"):
+        rows.append(("error", result["error"]))
+    return rows
+
+
+def _limit_ok(value: float | None, limit: float | None) -> str:
+    if value is None or not limit:
+        return ""
+    return "ok" if value <= limit else "OVER"
+
+
+def render_result(result: dict[str, Any]) -> str:
+    from io import StringIO
+
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="mlperf-vllm result", show_header=False, title_justify="left")
+    table.add_column("what", style="bold")
+    table.add_column("value")
+    for k, v in result_rows(result):
+        table.add_row(k, v)
+    buf = StringIO()
+    Console(file=buf, width=110, force_terminal=False).print(table)
+    text = buf.getvalue()
+    acc = result.get("accuracy") or {}
+    if acc.get("table"):
+        text += "\n" + acc["table"] + "\n"
+    return text

