@@ -301,11 +301,11 @@ def _evaluate(prep: PreparedRun, acc_dir: Path) -> dict[str, Any]:
         msg = f"{type(exc).__name__}: {exc}"
         print(f"accuracy evaluation failed: {msg}", flush=True)
         return {"evaluation_error": msg}
-    verdict = ev.verdict
     return {
         "metrics": dict(ev.metrics),
-        "passed": bool(getattr(verdict, "passed", False)),
-        "verdict": "PASS" if getattr(verdict, "passed", False) else "FAIL",
+        "passed": ev.passed,
+        "verdict": "PASS" if ev.passed else "FAIL",
         "table": ev.table(),
-        "paths": {k: str(v) for k, v in dict(getattr(ev, "paths", {}) or {}).items()},
+        "accuracy_log_sha256": ev.accuracy_log_sha256,
+        "paths": {k: str(v) for k, v in vars(ev.paths).items()},
     }

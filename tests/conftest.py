@@ -1,0 +1,77 @@
+"""Shared fixtures: one tiny model and one synthetic dataset per test session.
+
+Every LoadGen run goes through the real CLI in its own process (LoadGen's FromConfig reads
+mlperf.conf once per process). Engine-starting work is shared where a test needs no LoadGen
+process of its own, because each engine start costs ~30 s on this machine.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SMOKE = REPO / "user_confs" / "smoke"
+
+
+def _nltk_data() -> str | None:
+    env = os.environ.get("NLTK_DATA")
+    if env and Path(env).exists():
+        return env
+    shared = REPO.parent / "shared" / "nltk_data"
+    return str(shared) if shared.exists() else None
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _environment():
+    nltk = _nltk_data()
+    if nltk:
+        os.environ["NLTK_DATA"] = nltk
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    yield
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory) -> Path:
+    from harness.assets import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("assets") / "tiny-llama")
+
+
+@pytest.fixture(scope="session")
+def tiny_dataset(tiny_model, tmp_path_factory) -> Path:
+    from harness.assets import build_synthetic_dataset
+
+    out = tmp_path_factory.mktemp("data") / "cnn_tiny.json"
+    return build_synthetic_dataset("llama3_1-8b", tiny_model, out, samples=24, seed=1)
+
+
+def cli(*args: str, timeout: float = 900, env: dict | None = None,
+        cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """Run `python -m harness.cli ARGS` in its own process; output captured as text."""
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "harness.cli", *args],
+        capture_output=True, text=True, timeout=timeout, env=full_env,
+        cwd=str(cwd or REPO),
+    )
+
+
+@pytest.fixture(scope="session")
+def offline_run(tiny_model, tiny_dataset, tmp_path_factory):
+    """One real Offline run (performance + accuracy) shared by the tests that inspect it."""
+    out = tmp_path_factory.mktemp("offline-run")
+    proc = cli(
+        "run", "--benchmark", "llama3_1-8b", "--scenario", "Offline", "--mode", "both",
+        "--model", str(tiny_model), "--dataset", str(tiny_dataset), "--output", str(out),
+        "--user-conf", str(SMOKE / "offline.conf"), "--no-mlflow", "--no-progress",
+        # float32: the answer-per-sample check compares with a direct generation token by
+        # token, and bf16 near-ties on random weights could flip with batch composition.
+        "--engine-arg", "dtype=float32",
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    return out, proc

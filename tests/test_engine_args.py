@@ -1,0 +1,63 @@
+"""Engine arguments are vLLM's own: typed by vLLM's parser, MLPerf-safe defaults on top."""
+
+import pytest
+
+from sut.engine import (
+    EngineArgError,
+    make_engine_config,
+    parse_engine_arg_pairs,
+    parse_engine_flags,
+)
+
+
+def test_key_value_pairs_are_typed_by_vllm():
+    got = parse_engine_arg_pairs(
+        ["max_num_seqs=256", "gpu-memory-utilization=0.85", "kv_cache_dtype=fp8",
+         "enable_prefix_caching=false", "enforce_eager=true"]
+    )
+    assert got == {"max_num_seqs": 256, "gpu_memory_utilization": 0.85,
+                   "kv_cache_dtype": "fp8", "enable_prefix_caching": False,
+                   "enforce_eager": True}
+
+
+def test_vllm_style_flags_parse_like_vllm_serve():
+    got = parse_engine_flags(["--max-num-seqs", "1024", "--kv-cache-dtype", "fp8",
+                              "--no-enable-prefix-caching"])
+    assert got == {"max_num_seqs": 1024, "kv_cache_dtype": "fp8",
+                   "enable_prefix_caching": False}
+
+
+@pytest.mark.parametrize(
+    "pair,match",
+    [("max_num_seqs", "not KEY=VALUE"), ("no_such_knob=1", "no engine argument 'no_such_knob'"),
+     ("max_num_seqs=lots", "invalid"), ("kv_cache_dtype=fp3", "invalid"),
+     ("enforce_eager=maybe", "true or false")],
+)
+def test_bad_engine_args_name_the_problem(pair, match):
+    with pytest.raises(EngineArgError, match=match):
+        parse_engine_arg_pairs([pair])
+
+
+def test_unknown_flag_is_rejected():
+    with pytest.raises(EngineArgError, match="unknown option"):
+        parse_engine_flags(["--max-num-sequences", "3"])
+
+
+def test_defaults_turn_prefix_caching_off_and_user_can_override():
+    cpu = make_engine_config("m", {}, gpu=False)
+    assert cpu.kwargs["enable_prefix_caching"] is False
+    assert cpu.kwargs["dtype"] == "bfloat16" and not cpu.prefix_caching
+    gpu = make_engine_config("m", {"max_num_seqs": 512}, gpu=True)
+    assert "dtype" not in gpu.kwargs and gpu.kwargs["max_num_seqs"] == 512
+    on = make_engine_config("m", {"enable_prefix_caching": True}, gpu=True)
+    assert on.prefix_caching
+
+
+def test_prefix_caching_on_prints_one_line_warning(capsys):
+    from sut.engine import warn_if_not_compliant
+
+    warn_if_not_compliant(make_engine_config("m", {"enable_prefix_caching": True}, gpu=True))
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1 and "not compliant" in out[0]
+    warn_if_not_compliant(make_engine_config("m", {}, gpu=True))
+    assert capsys.readouterr().out == ""
