@@ -1,0 +1,155 @@
+"""Offline SUT overhead, measured side by side on one engine in one process.
+
+  (a) raw engine:        one `LLM.generate` over all prompts (the ceiling)
+  (b) our Offline SUT:   the same prompts as one LoadGen Offline query (real LoadGen)
+  (c) reference pattern: sequential `LLM.generate` calls of 16 prompts (the MLCommons SUT)
+
+Prefix caching is off on every side (a repeated prompt set would otherwise measure the cache),
+one full-size warm-up pass runs before timing, and the sides alternate in every repeat because
+this machine is noisy. Prints output tokens/s per side (median, min-max) and the ratios b/a
+and b/c.
+
+    python bench/offline_overhead.py --samples 1000 --repeats 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--model", type=Path, help="checkpoint folder (default: build the tiny model)")
+    p.add_argument("--dataset", type=Path, help="dataset with tok_input (default: synthetic)")
+    p.add_argument("--samples", type=int, default=1000)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--batch", type=int, default=16, help="reference pattern's batch size")
+    p.add_argument("--max-tokens", type=int, default=128)
+    p.add_argument("--ignore-eos", action="store_true", help="fixed-length outputs")
+    p.add_argument("--engine-arg", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--skip-reference", action="store_true")
+    p.add_argument("--json", type=Path, help="also write the measurements here")
+    return p.parse_args()
+
+
+def load_prompts(args: argparse.Namespace, workdir: Path) -> tuple[Path, list[list[int]]]:
+    import pandas as pd
+
+    from harness.assets import build_synthetic_dataset, build_tiny_model
+
+    model = args.model or build_tiny_model(workdir / "tiny-llama")
+    dataset = args.dataset or build_synthetic_dataset(
+        "llama3_1-8b", model, workdir / "bench.json", samples=args.samples, seed=7)
+    frame = pd.read_json(dataset) if str(dataset).endswith(".json") else pd.read_parquet(dataset)
+    prompts = [list(map(int, p)) for p in frame["tok_input"].tolist()[: args.samples]]
+    return model, prompts
+
+
+def offline_settings(n: int):
+    """Offline, one query of exactly n samples, each prompt once (a permutation of the set)."""
+    import mlperf_loadgen as lg
+
+    s = lg.TestSettings()
+    s.scenario = lg.TestScenario.Offline
+    s.mode = lg.TestMode.PerformanceOnly
+    s.min_duration_ms = 0
+    s.min_query_count = n
+    s.offline_expected_qps = 1
+    s.performance_sample_count_override = n
+    s.sample_concatenate_permutation = True
+    s.use_token_latencies = True
+    return s
+
+
+def main() -> None:
+    args = parse_args()
+    import mlperf_loadgen as lg
+    from vllm.inputs import TokensPrompt
+
+    from harness.runner import shutdown_llm
+    from harness.settings import build_log_settings
+    from sut.engine import create_llm, make_engine_config, make_sampling_params, \
+        parse_engine_arg_pairs
+    from sut.offline import OfflineSUT
+    from sut.qsl import TokenQSL
+
+    work = Path(tempfile.mkdtemp(prefix="offline-bench-"))
+    model, prompts = load_prompts(args, work)
+    overrides = {"enable_prefix_caching": False, **parse_engine_arg_pairs(args.engine_arg)}
+    config = make_engine_config(str(model), overrides)
+    params = make_sampling_params(max_tokens=args.max_tokens, ignore_eos=args.ignore_eos)
+    token_prompts = [TokensPrompt(prompt_token_ids=p) for p in prompts]
+    n = len(prompts)
+
+    t = time.perf_counter()
+    llm = create_llm(config)
+    print(f"engine start {time.perf_counter() - t:.1f} s; {n} prompts, mean input "
+          f"{statistics.mean(map(len, prompts)):.0f} tokens", flush=True)
+
+    def out_tokens(outputs) -> int:
+        return sum(len(o.outputs[0].token_ids) for o in outputs)
+
+    def raw() -> tuple[float, int]:
+        t0 = time.perf_counter()
+        outs = llm.generate(token_prompts, params, use_tqdm=False)
+        return time.perf_counter() - t0, out_tokens(outs)
+
+    def reference() -> tuple[float, int]:
+        t0, total = time.perf_counter(), 0
+        for i in range(0, n, args.batch):
+            total += out_tokens(llm.generate(token_prompts[i:i + args.batch], params,
+                                             use_tqdm=False))
+        return time.perf_counter() - t0, total
+
+    qsl = TokenQSL(prompts, n)
+    settings = offline_settings(n)
+
+    def ours() -> tuple[float, int]:
+        sut = OfflineSUT(llm, prompts, params, progress=False)
+        log = build_log_settings(work / "loadgen")
+        t0 = time.perf_counter()
+        lg.StartTestWithLogSettings(sut.handle, qsl.handle, settings, log,
+                                    str(work / "no-audit.config"))
+        dt = time.perf_counter() - t0
+        sut.stop()
+        assert sut.stats.completed == n, (sut.stats.completed, n)
+        return dt, sut.stats.output_tokens
+
+    print("warm-up (full size) ...", flush=True)
+    raw()
+    sides = {"raw": raw, "sut": ours}
+    if not args.skip_reference:
+        sides["reference"] = reference
+    rates: dict[str, list[float]] = {k: [] for k in sides}
+    order = list(sides)
+    for r in range(args.repeats):
+        for name in order:
+            dt, tokens = sides[name]()
+            rates[name].append(tokens / dt)
+            print(f"  repeat {r + 1} {name:9s} {tokens / dt:10,.0f} output tok/s "
+                  f"({tokens} tokens in {dt:.2f} s)", flush=True)
+        order = order[1:] + order[:1]  # alternate which side goes first
+    shutdown_llm(llm)
+    qsl.destroy()
+
+    med = {k: statistics.median(v) for k, v in rates.items()}
+    print("\nside        median tok/s     min      max")
+    for k, v in rates.items():
+        print(f"{k:10s} {med[k]:12,.0f} {min(v):8,.0f} {max(v):8,.0f}")
+    b_a = med["sut"] / med["raw"]
+    print(f"\nours / raw engine       b/a = {b_a:.3f}")
+    if "reference" in med:
+        print(f"ours / reference (x16)  b/c = {med['sut'] / med['reference']:.2f}")
+    if args.json:
+        args.json.write_text(json.dumps({"rates": rates, "median": med, "b_over_a": b_a,
+                                         "samples": n, "engine_args": config.describe()},
+                                        indent=2))
+
+
+if __name__ == "__main__":
+    main()
