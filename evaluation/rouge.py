@@ -14,7 +14,8 @@ This module produces the same numbers faster:
 * rougeL's LCS length uses the bit-parallel algorithm (Allison & Dix 1986, Hyyrö 2004),
   which gives the same length as the table;
 * rougeLsum keeps rouge-score's exact union-LCS procedure, including which of several
-  longest common subsequences its backtrack picks, because the union depends on it.
+  longest common subsequences its backtrack picks, because the union depends on it; the
+  table behind that backtrack is held in the same bit-parallel form.
 
 F-measures are computed with the same float operations in the same order, so the results are
 bit-identical (tests compare against rouge-score called directly).
@@ -117,31 +118,35 @@ def lcs_reference_indices(reference: Sequence[str], candidate: Sequence[str]) ->
     Backtracking from the table's corner, a token match is taken first; otherwise the walk
     moves left only when the left cell is strictly larger than the upper one. Which LCS is
     read out changes rougeLsum's union, so this order is part of the metric.
+
+    The table is kept in bit-parallel form: after reference row ``i`` a zero bit ``j - 1``
+    in ``rows[i]`` means the table value steps up at column ``j``, so
+    ``table[i][j] = j - popcount(rows[i] & (2**j - 1))``; only the cells on the backtrack
+    path are ever read.
     """
-    width = len(candidate)
-    table = [[0] * (width + 1)]
-    above = table[0]
+    positions: dict[str, int] = {}
+    for index, token in enumerate(candidate):
+        positions[token] = positions.get(token, 0) | (1 << index)
+    all_ones = (1 << len(candidate)) - 1
+    row = all_ones
+    rows = [row]
     for token in reference:
-        row = [0]
-        left = 0
-        for column in range(width):
-            if candidate[column] == token:
-                left = above[column] + 1
-            else:
-                up = above[column + 1]
-                if up > left:
-                    left = up
-            row.append(left)
-        table.append(row)
-        above = row
+        match = positions.get(token)
+        if match:
+            step = row & match
+            row = ((row + step) | (row - step)) & all_ones
+        rows.append(row)
     indices: list[int] = []
-    i, j = len(reference), width
+    i, j = len(reference), len(candidate)
     while i > 0 and j > 0:
         if reference[i - 1] == candidate[j - 1]:
             indices.append(i - 1)
             i -= 1
             j -= 1
-        elif table[i][j - 1] > table[i - 1][j]:
+            continue
+        left = (j - 1) - (rows[i] & ((1 << (j - 1)) - 1)).bit_count()
+        up = j - (rows[i - 1] & ((1 << j) - 1)).bit_count()
+        if left > up:
             j -= 1
         else:
             i -= 1

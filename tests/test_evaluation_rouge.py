@@ -132,6 +132,15 @@ def test_bit_parallel_lcs_equals_dynamic_programming() -> None:
         assert len(lcs_reference_indices(first, second)) == _table_lcs(first, second)
 
 
+def test_backtrack_reads_out_the_same_lcs_as_rouge_score() -> None:
+    # Few distinct tokens: many LCSs of equal length, so the tie-breaking is exercised.
+    rng = random.Random(5)
+    for _ in range(3000):
+        first = [rng.choice("abc") for _ in range(rng.randint(0, 25))]
+        second = [rng.choice("abc") for _ in range(rng.randint(0, 25))]
+        assert lcs_reference_indices(first, second) == rouge_scorer.lcs_ind(first, second)
+
+
 def test_sentence_splitter_equals_nltk_sent_tokenize(
     nltk_root: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
