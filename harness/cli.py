@@ -44,7 +44,15 @@ def _add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-evaluate", action="store_true", help="keep the accuracy log unscored")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--strict", action="store_true", help="exit 3 when INVALID or accuracy FAIL")
-    p.add_argument("--experiment", help="MLflow experiment name")
+    _add_mlflow_arguments(p)
+
+
+def _add_mlflow_arguments(p: argparse.ArgumentParser, experiment: str | None = None) -> None:
+    p.add_argument("--mlflow-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, "
+                                        "else sqlite:///mlflow.db in the working directory)")
+    p.add_argument("--experiment", default=experiment,
+                   help="MLflow experiment name (default: $MLFLOW_EXPERIMENT_NAME, "
+                        "else mlperf-vllm)")
     p.add_argument("--no-mlflow", action="store_true", help="do not log to MLflow")
 
 
@@ -60,8 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
     demo.add_argument("--output", type=Path, default=Path("runs/demo"))
     demo.add_argument("--samples", type=int, default=96)
-    demo.add_argument("--no-mlflow", action="store_true")
-    demo.add_argument("--experiment", default="mlperf-vllm-demo")
+    _add_mlflow_arguments(demo, experiment="mlperf-vllm-demo")
 
     run = sub.add_parser("run", help="one LoadGen run (performance, accuracy or both)",
                          description="Unrecognised --flags are parsed as vLLM engine flags "
@@ -76,6 +83,13 @@ def build_parser() -> argparse.ArgumentParser:
     if add_evaluate_arguments is not None:
         add_evaluate_arguments(ev)
     ev.add_argument("--allow-pickle", action="store_true")
+    _add_mlflow_arguments(ev)
+
+    relog = sub.add_parser("log-run", help="log a finished --output folder to MLflow (again)")
+    relog.add_argument("dir", type=Path, help="the --output folder of an `mlperf-vllm run`")
+    relog.add_argument("--run-name", help="MLflow run name (default: benchmark scenario mode)")
+    _add_mlflow_arguments(relog)
+
 
     tiny = sub.add_parser("make-tiny-model", help="random-weight Llama + local tokenizer")
     tiny.add_argument("dir", type=Path)
@@ -107,6 +121,7 @@ def _engine_overrides(args: argparse.Namespace, extra: list[str]) -> dict:
 
 
 def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
+    from harness import tracking
     from harness.runner import RunRequest, run
     from harness.summary import render_result
 
@@ -128,9 +143,15 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
         evaluate=not args.no_evaluate,
         nltk_data=args.nltk_data,
     )
-    outcome = run(req)
-    print(render_result(outcome.result), flush=True)
-    print(f"results: {outcome.path}")
+    cfg = tracking.resolve_tracking(args)
+    tracking.check_reachable(cfg)  # before any engine starts
+    with tracking.tracked_run(cfg, tracking.run_name(req, args.output),
+                              output_dir=args.output) as trk:
+        outcome = run(req)
+        print(render_result(outcome.result), flush=True)
+        print(f"results: {outcome.path}")
+    if trk.logging_error:
+        return EXIT_ERROR
     return _strict_code(args, outcome.result)
 
 
@@ -148,7 +169,7 @@ def _strict_code(args: argparse.Namespace, result: dict) -> int:
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from evaluation import EvaluationError, evaluate
-
+    from harness import tracking
     from harness.benchmarks import get_benchmark
     from harness.datasets import load_dataset
 
@@ -158,22 +179,50 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         raise UsageError(str(exc).strip("'\"")) from None
     dataset = load_dataset(args.dataset, bench, allow_pickle=args.allow_pickle,
                            need_targets=True)
-    try:
-        ev = evaluate(
-            bench.accuracy_preset or bench.name,
-            args.accuracy_log,
-            dataset.frame,
-            str(args.tokenizer),
-            dtype=args.dtype,
-            output_dir=args.output,
-            accuracy_level=args.accuracy_level,
-            nltk_data=args.nltk_data,
-            workers=args.workers,
-        )
-    except EvaluationError as exc:
-        raise UsageError(str(exc)) from None
-    print(ev.table())
+    cfg = tracking.resolve_tracking(args)
+    tracking.check_reachable(cfg)
+    with tracking.tracked_run(cfg, f"evaluate {args.benchmark}") as trk:
+        try:
+            ev = evaluate(
+                bench.accuracy_preset or bench.name,
+                args.accuracy_log,
+                dataset.frame,
+                str(args.tokenizer),
+                dtype=args.dtype,
+                output_dir=args.output,
+                accuracy_level=args.accuracy_level,
+                nltk_data=args.nltk_data,
+                workers=args.workers,
+            )
+        except EvaluationError as exc:
+            raise UsageError(str(exc)) from None
+        print(ev.table())
+        try:
+            tracking.log_evaluation(
+                trk, benchmark=args.benchmark, accuracy_log=args.accuracy_log,
+                dataset=args.dataset, tokenizer=args.tokenizer, dtype=args.dtype,
+                accuracy_level=args.accuracy_level, output_dir=ev.paths.accuracy_json.parent,
+                metrics=ev.metrics, passed=ev.passed)
+        except Exception as exc:  # the reports are on disk; say so and fail the command
+            trk.logging_error = f"{type(exc).__name__}: {exc}"
+            print(f"error: MLflow logging to {cfg.uri} failed ({trk.logging_error}); "
+                  f"accuracy.json is in {ev.paths.accuracy_json.parent}", file=sys.stderr)
+    if trk.logging_error:
+        return EXIT_ERROR
     return _strict_code(args, {"accuracy": {"verdict": "PASS" if ev.verdict.passed else "FAIL"}})
+
+
+def cmd_log_run(args: argparse.Namespace) -> int:
+    from harness import tracking
+
+    cfg = tracking.resolve_tracking(args)
+    if not cfg.enabled:
+        raise UsageError("log-run logs to MLflow: drop --no-mlflow")
+    run, logged = tracking.relog(cfg, args.dir, name=args.run_name)
+    print(f"logged {args.dir} as MLflow run {run.run_id} in experiment {cfg.experiment!r} "
+          f"at {cfg.uri}: {logged.params} params, {logged.metrics} metrics, "
+          f"{len(logged.artifacts)} files")
+    return EXIT_OK
 
 
 def cmd_make_tiny_model(args: argparse.Namespace) -> int:
@@ -226,6 +275,7 @@ def main(argv: list[str] | None = None) -> int:
             "make-tiny-model": cmd_make_tiny_model,
             "make-dataset": cmd_make_dataset,
             "demo": cmd_demo,
+            "log-run": cmd_log_run,
         }[args.command]
         return handler(args)
     except UsageError as exc:

