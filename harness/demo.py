@@ -46,12 +46,21 @@ def demo_request(args: argparse.Namespace):
 
 
 def run_demo(args: argparse.Namespace) -> int:
+    from harness import tracking
     from harness.runner import run
     from harness.summary import render_result
 
-    outcome = run(demo_request(args))
-    print(render_result(outcome.result), flush=True)
-    print(f"results: {outcome.path}")
+    cfg = tracking.resolve_tracking(args, default_experiment="mlperf-vllm-demo")
+    tracking.check_reachable(cfg)  # before the engine starts
+    req = demo_request(args)
+    with tracking.tracked_run(cfg, tracking.run_name(req, args.output),
+                              output_dir=args.output, tags={"command": "demo"}) as trk:
+        outcome = run(req)
+        print(render_result(outcome.result), flush=True)
+        print(f"results: {outcome.path}")
+    if cfg.enabled and not trk.logging_error:
+        print(f"logged to MLflow ({cfg.uri}, experiment {cfg.experiment!r}); browse with: "
+              "mlflow ui --backend-store-uri sqlite:///mlflow.db --host 127.0.0.1")
     print("note: the tiny model has random weights, so accuracy FAIL is expected; the smoke "
           "user.conf is not compliant (see user_confs/ for submission settings).")
     return 0

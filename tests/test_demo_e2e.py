@@ -1,0 +1,35 @@
+"""`mlperf-vllm demo` end to end on the embedded defaults: tiny model, synthetic data, Offline
+performance + accuracy, evaluation, and an MLflow run in the working folder's SQLite store."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import cli
+
+pytestmark = pytest.mark.e2e
+
+
+def test_demo_runs_end_to_end_and_logs_to_the_embedded_store(tmp_path):
+    env = {"MLFLOW_TRACKING_URI": "", "MLFLOW_EXPERIMENT_NAME": ""}
+    proc = cli("demo", "--cache", str(tmp_path / "cache"), "--output", str(tmp_path / "out"),
+               "--samples", "16", cwd=tmp_path, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "VALID" in proc.stdout and "accuracy" in proc.stdout
+    result = json.loads((tmp_path / "out" / "result.json").read_text())
+    assert result["status"] == "completed"
+    assert result["performance"]["validity"] == "VALID"
+    assert result["accuracy"]["verdict"] in ("PASS", "FAIL")  # scored, whatever the score
+    assert "rougeL" in result["accuracy"]["metrics"]
+    assert (tmp_path / "mlflow.db").exists()
+
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("mlperf-vllm-demo")
+    runs = client.search_runs([exp.experiment_id])
+    assert len(runs) == 1 and runs[0].info.status == "FINISHED"
+    assert runs[0].data.tags["validity"] == "VALID"
+    assert runs[0].data.params["benchmark"] == "llama3_1-8b"
