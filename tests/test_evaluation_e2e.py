@@ -1,0 +1,216 @@
+"""A real tiny-model accuracy run, scored by evaluate() and by `mlperf-vllm evaluate`.
+
+The run goes through the CLI in its own processes (LoadGen reads mlperf.conf once per
+process); the accuracy log it writes is scored here and compared with the reference recipe
+computed directly with rouge-score and NLTK.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import nltk
+import numpy as np
+import pandas as pd
+import pytest
+from rouge_score import rouge_scorer
+
+from evaluation import evaluate
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLES = 24
+METRIC_KEYS = (
+    "rouge1",
+    "rouge2",
+    "rougeL",
+    "rougeLsum",
+    "gen_len",
+    "gen_num",
+    "gen_tok_len",
+    "tokens_per_sample",
+)
+
+
+def nltk_data_dir() -> str:
+    return os.environ.get("NLTK_DATA") or str(REPO.parent / "shared" / "nltk_data")
+
+
+def harness_cli(*args: str, timeout: float = 1200) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "NLTK_DATA": nltk_data_dir()}
+    return subprocess.run(
+        [sys.executable, "-m", "harness.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=str(REPO),
+        check=False,
+    )
+
+
+def checked(result: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
+    assert result.returncode == 0, f"rc={result.returncode}\n{result.stdout}\n{result.stderr}"
+    return result
+
+
+@pytest.fixture(scope="module")
+def accuracy_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("eval_e2e")
+    model, dataset, output = root / "model", root / "cnn.json", root / "run"
+    checked(harness_cli("make-tiny-model", str(model)))
+    checked(
+        harness_cli(
+            "make-dataset",
+            "--benchmark",
+            "llama3_1-8b",
+            "--tokenizer",
+            str(model),
+            "--out",
+            str(dataset),
+            "--samples",
+            str(SAMPLES),
+        )
+    )
+    checked(
+        harness_cli(
+            "run",
+            "--benchmark",
+            "llama3_1-8b",
+            "--scenario",
+            "Offline",
+            "--mode",
+            "accuracy",
+            "--model",
+            str(model),
+            "--dataset",
+            str(dataset),
+            "--output",
+            str(output),
+            "--user-conf",
+            "user_confs/smoke/llama3_1-8b_offline.conf",
+            "--no-mlflow",
+        )
+    )
+    logs = sorted(output.rglob("mlperf_log_accuracy.json"))
+    assert logs, f"no mlperf_log_accuracy.json under {output}"
+    return {"model": model, "dataset": dataset, "log": logs[0], "root": root}
+
+
+def reference_recipe(log: Path, labels: list[str], tokenizer_dir: Path) -> dict[str, float]:
+    """The reference CNN/DailyMail computation, straight from rouge-score and NLTK."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir), local_files_only=True)
+    seen, token_ids, wanted = set(), [], []
+    for entry in json.loads(log.read_text()):
+        if entry["qsl_idx"] not in seen:
+            seen.add(entry["qsl_idx"])
+            token_ids.append(np.frombuffer(bytes.fromhex(entry["data"]), np.int32).tolist())
+            wanted.append(labels[entry["qsl_idx"]])
+    nltk.data.path.insert(0, nltk_data_dir())
+    try:
+        texts = tokenizer.batch_decode(token_ids, skip_special_tokens=True)
+        preds = ["\n".join(nltk.sent_tokenize(t.strip())) for t in texts]
+        refs = ["\n".join(nltk.sent_tokenize(t.strip())) for t in wanted]
+    finally:
+        nltk.data.path.remove(nltk_data_dir())
+    scorer = rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL", "rougeLsum"], use_stemmer=True)
+    scores = [scorer.score(r, p) for r, p in zip(refs, preds, strict=True)]
+    result = {
+        k: float(round(np.mean([s[k].fmeasure for s in scores]) * 100, 4))
+        for k in ("rouge1", "rouge2", "rougeL", "rougeLsum")
+    }
+    result.update(gen_len=sum(map(len, preds)), gen_num=len(preds))
+    return result
+
+
+def test_real_accuracy_log_scores_like_the_reference(
+    accuracy_run: dict[str, Path], tmp_path: Path
+) -> None:
+    frame = pd.read_json(accuracy_run["dataset"])
+    result = evaluate(
+        "llama3_1-8b",
+        accuracy_run["log"],
+        frame,
+        accuracy_run["model"],
+        output_dir=tmp_path,
+        nltk_data=nltk_data_dir(),
+    )
+    assert result.metrics["gen_num"] == SAMPLES
+    expected = reference_recipe(
+        accuracy_run["log"], frame["output"].tolist(), accuracy_run["model"]
+    )
+    assert {k: result.metrics[k] for k in expected} == expected
+    saved = json.loads((tmp_path / "accuracy.json").read_text())
+    assert all(key in saved for key in METRIC_KEYS)
+    # The run evaluated its own log automatically, with the same numbers.
+    automatic = accuracy_run["log"].parent / "accuracy.json"
+    assert automatic.is_file()
+    assert {k: json.loads(automatic.read_text())[k] for k in METRIC_KEYS} == {
+        k: saved[k] for k in METRIC_KEYS
+    }
+
+
+def test_cli_evaluate_writes_reports(accuracy_run: dict[str, Path], tmp_path: Path) -> None:
+    out = tmp_path / "eval"
+    result = checked(
+        harness_cli(
+            "evaluate",
+            "--benchmark",
+            "llama3_1-8b",
+            "--accuracy-log",
+            str(accuracy_run["log"]),
+            "--dataset",
+            str(accuracy_run["dataset"]),
+            "--tokenizer",
+            str(accuracy_run["model"]),
+            "--output",
+            str(out),
+            "--no-mlflow",
+        )
+    )
+    saved = json.loads((out / "accuracy.json").read_text())
+    assert all(key in saved for key in METRIC_KEYS)
+    assert saved["gen_num"] == SAMPLES
+    assert "rougeLsum" in result.stdout and ("PASS" in result.stdout or "FAIL" in result.stdout)
+    assert (out / "accuracy.txt").read_text().rstrip().splitlines()[-1].startswith("hash=")
+
+
+@pytest.mark.parametrize("problem", ["truncated log", "missing punkt"])
+def test_cli_bad_input_exits_2_with_one_line(
+    accuracy_run: dict[str, Path], tmp_path: Path, problem: str
+) -> None:
+    log, nltk_dir = accuracy_run["log"], nltk_data_dir()
+    if problem == "truncated log":
+        log = tmp_path / "mlperf_log_accuracy.json"
+        text = accuracy_run["log"].read_text()
+        log.write_text(text[: len(text) // 2])
+    else:
+        nltk_dir = str(tmp_path / "empty_nltk_data")
+        Path(nltk_dir).mkdir()
+    result = harness_cli(
+        "evaluate",
+        "--benchmark",
+        "llama3_1-8b",
+        "--accuracy-log",
+        str(log),
+        "--dataset",
+        str(accuracy_run["dataset"]),
+        "--tokenizer",
+        str(accuracy_run["model"]),
+        "--output",
+        str(tmp_path / "eval"),
+        "--nltk-data",
+        nltk_dir,
+        "--no-mlflow",
+    )
+    assert result.returncode == 2, result.stderr
+    message = result.stderr.strip()
+    assert "Traceback" not in message and len(message.splitlines()) == 1
+    assert ("truncated JSON" if problem == "truncated log" else "punkt_tab") in message
