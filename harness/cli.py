@@ -44,6 +44,9 @@ def _add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-evaluate", action="store_true", help="keep the accuracy log unscored")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--strict", action="store_true", help="exit 3 when INVALID or accuracy FAIL")
+    p.add_argument("--submission", action="store_true",
+                   help="refuse (exit 2) a run whose settings cannot give a valid submission "
+                        "result; without it they are reported in one warning line")
     _add_mlflow_arguments(p)
 
 
@@ -142,6 +145,7 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
         accuracy_level=args.accuracy_level,
         evaluate=not args.no_evaluate,
         nltk_data=args.nltk_data,
+        submission=args.submission,
     )
     cfg = tracking.resolve_tracking(args)
     tracking.check_reachable(cfg)  # before any engine starts

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness import preflight
 from harness.benchmarks import Benchmark, resolve
 from harness.datasets import (
     LoadedDataset,
@@ -225,6 +227,7 @@ def run(req: RunRequest, *, on_result: Callable[[dict[str, Any]], None] | None =
         "warnings": list(prep.warnings),
         "versions": _versions(),
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "command": ["mlperf-vllm", *sys.argv[1:]],
         "performance": None,
         "accuracy": None,
         "error": None,
@@ -237,6 +240,12 @@ def run(req: RunRequest, *, on_result: Callable[[dict[str, Any]], None] | None =
         SettingsRequest(prep.loadgen_model, req.scenario, req.user_conf, prep.dataset.size),
         req.modes()[0],
     )
+    try:  # the effective settings are known only now; still before any engine starts
+        preflight.apply(settings, prep, result)
+    except UsageError as exc:
+        result["status"], result["error"] = "refused", str(exc)
+        _write(result_path, result)
+        raise
     capped = cap_performance_sample_count(settings, prep.dataset.size,
                                           prep.bench.performance_sample_count)
     if capped:

@@ -1,0 +1,293 @@
+"""Preflight: refuse, before any engine starts, a run meant for submission that cannot be valid.
+
+Every rule reads the *effective* settings: the LoadGen `TestSettings` object after
+`FromConfig` applied mlperf.conf and the user.conf, plus the engine kwargs, the sampling
+parameters, the dataset size and whether an audit file is lying around. The rules are those
+of the MLPerf Inference rules as the submission checker enforces them (min duration 600 s,
+Offline query covering the dataset, performance_sample_count, the fixed RNG seeds, equal issue
+mode, the latency limits) and those of the LLM benchmarks (greedy decoding, the benchmark's
+output cap, no caching across queries).
+
+`check()` is a pure function over plain values, so it is tested without LoadGen or vLLM;
+`effective_settings()` reads the TestSettings fields; `apply()` is what the runner calls.
+With `--submission` a finding is fatal (exit 2, one line naming every problem and its fix);
+without, the same line is printed once as a warning.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from harness.benchmarks import Benchmark
+from harness.errors import UsageError
+
+SUBMISSION_MIN_DURATION_MS = 600_000
+OFFLINE_SLACK = 1.1  # LoadGen sizes the Offline query as max(min_query_count, 1.1*T*qps)
+LOADGEN_DEFAULT_QPS = 1.0  # LoadGen's built-in target_qps when no user.conf sets one
+SEED_KEYS = ("qsl_rng_seed", "sample_index_rng_seed", "schedule_rng_seed")
+AUDIT_FILE = "audit.config"
+
+
+@dataclass(frozen=True)
+class EffectiveSettings:
+    """The LoadGen settings a test will run with, as plain values."""
+
+    scenario: str  # LoadGen scenario: Offline, Server, SingleStream
+    min_duration_ms: int
+    min_query_count: int
+    performance_sample_count: int
+    seeds: Mapping[str, int]
+    offline_expected_qps: float = LOADGEN_DEFAULT_QPS
+    server_target_qps: float = LOADGEN_DEFAULT_QPS
+    ttft_latency_ms: float | None = None
+    tpot_latency_ms: float | None = None
+    use_token_latencies: bool = True
+    sample_concatenate_permutation: bool = True
+
+    @property
+    def offline_samples_per_query(self) -> int:
+        """What LoadGen will issue as the single Offline query."""
+        by_rate = int(OFFLINE_SLACK * self.min_duration_ms / 1000.0 * self.offline_expected_qps)
+        return max(self.min_query_count, by_rate)
+
+
+@dataclass(frozen=True)
+class Finding:
+    rule: str
+    problem: str
+    fix: str
+    fatal: bool = True  # False: advice, never refuses a run
+
+    def line(self) -> str:
+        return f"{self.problem} ({self.fix})"
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What else decides validity: engine, sampling, dataset, audit file."""
+
+    dataset_size: int
+    engine_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    sampling: Mapping[str, Any] = field(default_factory=dict)
+    audit_requested: bool = False
+    stray_audit_files: tuple[str, ...] = ()
+    reference_seeds: Mapping[str, int] | None = None
+
+
+def _ns_to_ms(value: Any) -> float | None:
+    return float(value) / 1e6 if isinstance(value, (int, float)) and value else None
+
+
+def effective_settings(settings: Any, scenario: str) -> EffectiveSettings:
+    """Read a LoadGen TestSettings object (after FromConfig) into plain values."""
+    lg_scenario = str(settings.scenario).rsplit(".", 1)[-1]
+    pcount = int(settings.performance_sample_count_override or 0)
+    return EffectiveSettings(
+        scenario=lg_scenario or scenario,
+        min_duration_ms=int(settings.min_duration_ms),
+        min_query_count=int(settings.min_query_count),
+        performance_sample_count=pcount,
+        seeds={k: int(getattr(settings, k)) for k in SEED_KEYS},
+        offline_expected_qps=float(settings.offline_expected_qps),
+        server_target_qps=float(settings.server_target_qps),
+        ttft_latency_ms=_ns_to_ms(getattr(settings, "ttft_latency", None)),
+        tpot_latency_ms=_ns_to_ms(getattr(settings, "tpot_latency", None)),
+        use_token_latencies=bool(getattr(settings, "use_token_latencies", True)),
+        sample_concatenate_permutation=bool(
+            getattr(settings, "sample_concatenate_permutation", True)),
+    )
+
+
+_SEED_PROBE = (
+    "import json, mlperf_loadgen as lg\n"
+    "s = lg.TestSettings()\n"
+    "s.FromConfig('', 'llama3_1-8b', 'Offline', 0)\n"
+    f"print(json.dumps({{k: int(getattr(s, k)) for k in {SEED_KEYS!r}}}))\n"
+)
+
+
+@lru_cache(maxsize=1)
+def reference_seeds() -> dict[str, int] | None:
+    """The seeds of the installed LoadGen's own mlperf.conf (the ones a submission must use).
+
+    Read in a child process: FromConfig loads mlperf.conf only once per process, and this
+    process is about to load it with the user's user.conf.
+    """
+    try:
+        proc = subprocess.run([sys.executable, "-c", _SEED_PROBE], capture_output=True,
+                              text=True, timeout=60)
+        line = proc.stdout.strip().splitlines()[-1]
+        return {k: int(v) for k, v in json.loads(line).items()}
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return None
+
+
+def stray_audit_files(*folders: Path) -> tuple[str, ...]:
+    """audit.config files LoadGen-based tools (ours, the reference's) would pick up by name."""
+    seen: list[str] = []
+    for folder in folders:
+        path = folder / AUDIT_FILE
+        if path.is_file() and str(path.resolve()) not in seen:
+            seen.append(str(path.resolve()))
+    return tuple(seen)
+
+
+def check(eff: EffectiveSettings, bench: Benchmark, scenario: str, facts: RunFacts
+          ) -> list[Finding]:
+    """Every reason this run cannot be a valid closed-division submission result."""
+    out: list[Finding] = []
+    conf = f"user_confs/{bench.name.removesuffix('-interactive')}/{scenario.lower()}.conf"
+
+    if eff.min_duration_ms < SUBMISSION_MIN_DURATION_MS:
+        out.append(Finding(
+            "min_duration",
+            f"min_duration {eff.min_duration_ms} ms is below {SUBMISSION_MIN_DURATION_MS} ms",
+            f"remove the min_duration line from the user.conf, e.g. use {conf}"))
+
+    if eff.scenario == "Offline":
+        spq = eff.offline_samples_per_query
+        if spq < bench.total_sample_count:
+            out.append(Finding(
+                "offline_query",
+                f"the Offline query has {spq} samples, fewer than the dataset's "
+                f"{bench.total_sample_count}",
+                f"set min_query_count >= {bench.total_sample_count} or drop the line "
+                "(mlperf.conf has it)"))
+        if eff.offline_expected_qps == LOADGEN_DEFAULT_QPS:
+            out.append(Finding(
+                "offline_expected_qps",
+                "offline_expected_qps is LoadGen's default 1 (not calibrated): a system "
+                f"faster than {bench.total_sample_count / (eff.min_duration_ms / 1000 or 1):.1f}"
+                " samples/s ends before min_duration and the run is INVALID",
+                "run `mlperf-vllm calibrate` and use the user.conf it writes"))
+    elif eff.scenario == "Server" and eff.server_target_qps == LOADGEN_DEFAULT_QPS:
+        out.append(Finding(
+            "server_target_qps",
+            "target_qps is LoadGen's default 1 (valid, but likely far below this system's peak)",
+            "run `mlperf-vllm calibrate --scenario " + scenario + "`", fatal=False))
+
+    if eff.performance_sample_count != bench.performance_sample_count:
+        out.append(Finding(
+            "performance_sample_count",
+            f"performance_sample_count is {eff.performance_sample_count}, the benchmark's is "
+            f"{bench.performance_sample_count}",
+            "remove performance_sample_count_override from the user.conf"))
+    if facts.dataset_size != bench.total_sample_count:
+        out.append(Finding(
+            "dataset",
+            f"the dataset has {facts.dataset_size} samples, {bench.name}'s has "
+            f"{bench.total_sample_count}",
+            f"use the full {bench.dataset_description}"))
+
+    ref = facts.reference_seeds
+    if ref:
+        changed = [k for k in SEED_KEYS if k in ref and eff.seeds.get(k) != ref[k]]
+        if changed:
+            out.append(Finding(
+                "seeds",
+                f"{', '.join(changed)} differ from mlperf.conf",
+                "remove the *_rng_seed lines from the user.conf"))
+
+    if not eff.sample_concatenate_permutation and not facts.audit_requested:
+        out.append(Finding(
+            "equal_issue",
+            "sample_concatenate_permutation (equal issue mode) is off",
+            "remove the sample_concatenate_permutation line from the user.conf"))
+
+    if eff.scenario == "Server" and bench.server_limits is not None:
+        lim = bench.server_limits
+        if not eff.use_token_latencies:
+            out.append(Finding("token_latencies", "use_token_latencies is off",
+                               "remove the use_token_latencies line from the user.conf"))
+        for name, value, want in (("ttft_latency", eff.ttft_latency_ms, lim.ttft_ms),
+                                  ("tpot_latency", eff.tpot_latency_ms, lim.tpot_ms)):
+            if value is not None and abs(value - want) > 1e-6:
+                out.append(Finding(
+                    "latency_limits", f"{name} is {value:g} ms, {bench.name}'s limit is {want:g} ms",
+                    f"remove the {name} line from the user.conf"))
+
+    if facts.stray_audit_files and not facts.audit_requested:
+        out.append(Finding(
+            "audit_file",
+            f"{', '.join(facts.stray_audit_files)} is present but no --audit-config was asked "
+            "(LoadGen applies an audit.config it finds by name, replacing the test settings)",
+            "delete it, or pass it with --audit-config for a compliance test"))
+
+    if facts.engine_kwargs.get("enable_prefix_caching"):
+        out.append(Finding(
+            "prefix_caching",
+            "prefix caching is on (caching across queries is against the MLPerf LLM rules)",
+            "drop --enable-prefix-caching / enable_prefix_caching=true"))
+
+    s = facts.sampling
+    temperature = float(s.get("temperature", 0.0) or 0.0)
+    top_k = s.get("top_k", 1)
+    top_p = float(s.get("top_p", 1.0) if s.get("top_p") is not None else 1.0)
+    if temperature != 0.0 or top_k not in (1, -1, 0, None) or top_p != 1.0:
+        out.append(Finding(
+            "greedy",
+            f"sampling is not greedy (temperature {temperature:g}, top_k {top_k}, "
+            f"top_p {top_p:g})",
+            "use the benchmark's greedy decoding: temperature 0, top_k 1"))
+    max_tokens = s.get("max_tokens")
+    if max_tokens is not None and max_tokens != bench.sampling.max_tokens:
+        out.append(Finding(
+            "max_tokens", f"max_tokens is {max_tokens}, {bench.name}'s is "
+            f"{bench.sampling.max_tokens}", "drop --max-tokens"))
+    if s.get("ignore_eos"):
+        out.append(Finding("ignore_eos", "ignore_eos is on (outputs of fixed length)",
+                           "drop --ignore-eos"))
+    return out
+
+
+def fatal(findings: Iterable[Finding]) -> list[Finding]:
+    return [f for f in findings if f.fatal]
+
+
+def refusal_line(findings: list[Finding]) -> str:
+    """One line: every problem with its fix."""
+    body = "; ".join(f.line() for f in findings)
+    return f"not a valid submission run: {body}"
+
+
+def warning_line(findings: list[Finding]) -> str:
+    names = ", ".join(f.rule for f in findings)
+    return (f"not submission-compliant ({names}): " + "; ".join(f.problem for f in findings)
+            + " (pass --submission to refuse such runs)")
+
+
+def apply(settings: Any, prep: Any, result: dict[str, Any]) -> list[Finding]:
+    """The runner's hook, right after the TestSettings are built and before the engine starts.
+
+    Raises UsageError (exit 2) for a `--submission` run with a fatal finding; otherwise records
+    the findings in result.json and prints one warning line.
+    """
+    req = prep.request
+    out_dir = req.output
+    facts = RunFacts(
+        dataset_size=prep.dataset.size,
+        engine_kwargs=dict(prep.engine_config.kwargs),
+        sampling=dict(prep.sampling),
+        audit_requested=req.audit_config is not None,
+        stray_audit_files=stray_audit_files(Path.cwd(), out_dir),
+        reference_seeds=reference_seeds(),
+    )
+    eff = effective_settings(settings, req.scenario)
+    findings = check(eff, prep.bench, req.scenario, facts)
+    result["submission"] = bool(req.submission)
+    result["preflight"] = [f.rule for f in findings]
+    blocking = fatal(findings)
+    if req.submission and blocking:
+        raise UsageError(refusal_line(blocking))
+    if findings:
+        line = warning_line(findings)
+        result.setdefault("warnings", []).append(line)
+        print(f"warning: {line}", flush=True)
+    return findings
