@@ -11,7 +11,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if [ -f .gpu-stage/bin/env.sh ]; then source .gpu-stage/bin/env.sh; fi
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 VLLM_LOGGING_LEVEL=${VLLM_LOGGING_LEVEL:-WARNING}
 OUT=${OUT:-bench/gpu-out}; mkdir -p "$OUT"
 MODEL=${MODEL:-.gpu-stage/bin/llama31_8b_dummy}
 SAMPLES=${SAMPLES:-1000}
@@ -26,15 +26,15 @@ python3 -c "import vllm, mlperf_loadgen; print('vllm', vllm.__version__)" | tee 
 offline() {  # name, extra args...
   local name=$1; shift
   python3 bench/offline_overhead.py --model "$MODEL" --random-prompts 870 --samples "$SAMPLES" \
-    --repeats "$REPEATS" --ignore-eos "${DUMMY[@]}" "$@" --json "$OUT/offline_$name.json" \
-    2>&1 | grep -v -E "^(\(EngineCore|\(Worker|INFO|DEBUG)" | tee "$OUT/offline_$name.log"
+    --repeats "$REPEATS" --reference-once --ignore-eos "${DUMMY[@]}" "$@" --json "$OUT/offline_$name.json" \
+    2>&1 | grep -v -E "^(\((EngineCore|Worker|MainProcess)|INFO|DEBUG)" | tee "$OUT/offline_$name.log"
 }
 
 server() {  # name, extra args...
   local name=$1; shift
   python3 bench/server_capacity.py --model "$MODEL" --random-prompts 870 "${DUMMY[@]}" \
     --ignore-eos "$@" --json "$OUT/server_$name.json" \
-    2>&1 | grep -v -E "^(\(EngineCore|\(Worker|INFO|DEBUG)" | tee "$OUT/server_$name.log"
+    2>&1 | grep -v -E "^(\((EngineCore|Worker|MainProcess)|INFO|DEBUG)" | tee "$OUT/server_$name.log"
 }
 
 case "${1:-all}" in
