@@ -94,6 +94,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_mlflow_arguments(relog)
 
 
+    from harness.sweep import add_sweep_arguments
+
+    sweep = sub.add_parser("sweep", help="one-knob isolation or stacked tuning sweep of a plan")
+    add_sweep_arguments(sweep)
+    _add_mlflow_arguments(sweep)
+
     tiny = sub.add_parser("make-tiny-model", help="random-weight Llama + local tokenizer")
     tiny.add_argument("dir", type=Path)
 
@@ -258,6 +264,12 @@ def cmd_make_dataset(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from harness.sweep import cmd_sweep as run_sweep_command
+
+    return run_sweep_command(args)
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from harness.demo import run_demo
 
@@ -278,6 +290,7 @@ def main(argv: list[str] | None = None) -> int:
             "evaluate": cmd_evaluate,
             "make-tiny-model": cmd_make_tiny_model,
             "make-dataset": cmd_make_dataset,
+            "sweep": cmd_sweep,
             "demo": cmd_demo,
             "log-run": cmd_log_run,
         }[args.command]

@@ -1,0 +1,247 @@
+"""Sweep plans, noise verdicts, the confounding guard and the stacking rule, without an engine.
+
+The stacking and failure paths run the real Sweep with a stand-in for the per-repeat
+subprocess (a fault we choose: throughput numbers on demand); test_sweep_e2e.py runs them for
+real on the tiny model.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from harness.sweep import (
+    SINGLE_RUN,
+    PlanError,
+    RepeatOutcome,
+    Sweep,
+    SweepOptions,
+    confounding,
+    engine_message,
+    make_config,
+    noise_verdict,
+    parse_plan,
+    write_reports,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _plan(tmp_path: Path, body: str, **env: str) -> Path:
+    (tmp_path / "model").mkdir(exist_ok=True)
+    (tmp_path / "data.json").write_text("[]")
+    p = tmp_path / "plan.txt"
+    p.write_text(
+        f"benchmark llama3_1-8b\nscenario Offline\nmodel {tmp_path}/model\n"
+        f"dataset {tmp_path}/data.json\n{body}"
+    )
+    return p
+
+
+def test_shipped_plans_parse(monkeypatch, tmp_path):
+    (tmp_path / "m").mkdir()
+    (tmp_path / "d.json").write_text("[]")
+    monkeypatch.setenv("MODEL", str(tmp_path / "m"))
+    monkeypatch.setenv("DATASET", str(tmp_path / "d.json"))
+    for path in sorted((REPO / "scripts" / "plans").glob("*.txt")):
+        plan = parse_plan(path)
+        assert plan.knobs, path
+
+
+def test_plan_format_env_expansion_and_typed_args(tmp_path, monkeypatch):
+    monkeypatch.setenv("SEQS", "128")
+    p = _plan(
+        tmp_path,
+        "baseline --engine-arg max_num_seqs=64  # comment\n"
+        "knob seqs --engine-arg max_num_seqs=${SEQS}\n"
+        "knob both --engine-arg=enforce_eager=true --env 'OMP_X=a b'\n",
+    )
+    plan = parse_plan(p)
+    assert plan.baseline.engine_args == ("max_num_seqs=64",)
+    assert [k.name for k in plan.knobs] == ["seqs", "both"]
+    assert plan.knobs[0].change.engine_args == ("max_num_seqs=128",)
+    assert plan.knobs[1].change.env == (("OMP_X", "a b"),)
+    spec = make_config(plan, 1, "seqs", [plan.knobs[0]])
+    assert spec.engine_args == ("max_num_seqs=64", "max_num_seqs=128")
+    assert spec.expected_keys == ("max_num_seqs",)
+
+
+@pytest.mark.parametrize(
+    "body, match",
+    [
+        ("knob x --engine-arg no_such_arg=1\n", "no engine argument 'no_such_arg'"),
+        ("knob x --engine-arg max_num_seqs=many\n", "invalid"),
+        ("knob x --max-num-seqs 4\n", "--engine-arg KEY=VALUE and --env NAME=VALUE only"),
+        ("knob x --engine-arg max_num_seqs=8\nknob x --engine-arg max_num_seqs=9\n", "twice"),
+        ("knob x\n", "changes nothing"),
+        ("knob x --engine-arg max_num_seqs=${NOT_SET_ANYWHERE}\n", "NOT_SET_ANYWHERE is not set"),
+        (
+            "baseline --engine-arg max_num_seqs=8\nknob x --engine-arg max_num_seqs=8\n",
+            "baseline's value",
+        ),
+        ("frobnicate 3\nknob x --engine-arg max_num_seqs=8\n", "unknown directive"),
+        ("", "no `knob` lines"),
+        ("user_conf /nonexistent.conf\nknob x --engine-arg max_num_seqs=8\n", "does not exist"),
+    ],
+)
+def test_bad_plans_fail_before_any_run(tmp_path, body, match):
+    with pytest.raises(PlanError, match=match):
+        parse_plan(_plan(tmp_path, body))
+
+
+def test_bad_plan_names_the_line(tmp_path):
+    p = _plan(tmp_path, "# c\nknob ok --engine-arg max_num_seqs=8\nknob bad --engine-arg nope=1\n")
+    with pytest.raises(PlanError, match=r"plan.txt:7: knob bad"):
+        parse_plan(p)
+
+
+def test_noise_rule():
+    assert noise_verdict([100.0], [110.0])[1] == SINGLE_RUN
+    delta, verdict, band = noise_verdict([100.0, 101.0], [110.0, 111.0])
+    assert (
+        verdict == "better" and band == pytest.approx(0.02) and delta == pytest.approx(0.0995, 1e-3)
+    )
+    assert noise_verdict([100.0, 101.0], [101.0, 102.0])[1] == "within noise"
+    assert noise_verdict([100.0, 101.0], [90.0, 91.0])[1] == "worse"
+    # a noisy baseline (10% spread) widens the band to 20%: +15% is within noise
+    assert noise_verdict([95.0, 100.0, 105.0], [115.0, 115.0])[1] == "within noise"
+
+
+def _outcome(tps=100.0, engine=None, **fp):
+    fingerprint = {"sampling": {"max_tokens": 16}, "loadgen": {"effective_min_duration_ms": 200}}
+    fingerprint.update(fp)
+    return RepeatOutcome(
+        status="ok",
+        tokens_per_second=tps,
+        validity="VALID",
+        accuracy="PASS",
+        engine_args=engine or {"max_num_seqs": 64, "dtype": "bfloat16"},
+        fingerprint=fingerprint,
+    )
+
+
+def test_confounding_guard(tmp_path):
+    plan = parse_plan(
+        _plan(
+            tmp_path,
+            "baseline --engine-arg max_num_seqs=64\nknob seqs --engine-arg max_num_seqs=128\n",
+        )
+    )
+    spec = make_config(plan, 1, "seqs", [plan.knobs[0]])
+    base = _outcome()
+    assert (
+        confounding(base, _outcome(engine={"max_num_seqs": 128, "dtype": "bfloat16"}), spec) is None
+    )
+    extra = confounding(base, _outcome(engine={"max_num_seqs": 128, "dtype": "float32"}), spec)
+    assert "dtype" in extra
+    noop = confounding(base, _outcome(engine={"max_num_seqs": 64, "dtype": "bfloat16"}), spec)
+    assert "no effect" in noop
+    other = confounding(
+        base,
+        _outcome(
+            engine={"max_num_seqs": 128, "dtype": "bfloat16"},
+            loadgen={"effective_min_duration_ms": 600000},
+        ),
+        spec,
+    )
+    assert "effective_min_duration_ms" in other
+
+
+def test_engine_message_prefers_the_root_cause():
+    log = "\n".join(
+        [
+            "(Worker pid=1) ERROR 11-22 03:39:54 [multiproc_executor.py:1063] ValueError: "
+            "No common block size for 7 (CPU_ATTN: [MultipleOf(32)]).",
+            "(EngineCore pid=2) ERROR 11-22 03:39:54 [core.py:1510] RuntimeError: Worker failed "
+            "with error 'x', please check the stack trace above for the root cause",
+            "RuntimeError: Engine core initialization failed. See root cause above.",
+        ]
+    )
+    assert engine_message(log) == (
+        "ValueError: No common block size for 7 (CPU_ATTN: [MultipleOf(32)])."
+    )
+    assert engine_message("nothing useful\n", "EngineFailure: boom") == "EngineFailure: boom"
+
+
+class FakeRunner:
+    """Stands in for the `mlperf-vllm run` subprocess: throughput per knob set."""
+
+    def __init__(self, tps_by_knobs, fail=()):
+        self.tps = tps_by_knobs
+        self.fail = set(fail)
+        self.calls: list[str] = []
+
+    def __call__(self, plan, spec, out, mode, timeout):
+        out.mkdir(parents=True, exist_ok=True)
+        self.calls.append(spec.name)
+        if set(spec.knobs) & self.fail:
+            return RepeatOutcome(
+                status="failed", error="ValueError: engine says no", output=str(out)
+            )
+        engine = {"max_num_seqs": 64, "dtype": "bfloat16"}
+        for pair in spec.engine_args:
+            k, _, v = pair.partition("=")
+            engine[k] = int(v) if v.isdigit() else v
+        tps = self.tps[tuple(spec.knobs)]
+        return _outcome(tps=tps, engine=engine)
+
+
+def _stack_plan(tmp_path):
+    return parse_plan(
+        _plan(
+            tmp_path,
+            "baseline --engine-arg max_num_seqs=64\n"
+            "knob a --engine-arg max_num_seqs=128\n"
+            "knob b --engine-arg max_num_batched_tokens=4096\n"
+            "knob c --engine-arg block_size=7\n"
+            "knob d --env X=1\n",
+        )
+    )
+
+
+def test_stacked_keeps_only_what_helped_and_goes_on_after_a_failure(tmp_path):
+    plan = _stack_plan(tmp_path)
+    runner = FakeRunner(
+        {(): 100.0, ("a",): 120.0, ("a", "b"): 121.0, ("a", "d"): 130.0}, fail={"c"}
+    )
+    sweep = Sweep(plan, SweepOptions(kind="stacked", output=tmp_path / "out"), runner=runner)
+    rows = sweep.run()
+    assert [r.config for r in rows] == ["baseline", "+a", "+b", "+c", "+d"]
+    by = {r.config: r for r in rows}
+    assert by["+a"].kept.startswith("kept") and by["+a"].noise_verdict == SINGLE_RUN
+    assert by["+b"].kept.startswith("dropped")  # +0.8% on top of a: below the 2% floor
+    assert by["+c"].status == "failed" and by["+c"].error == "ValueError: engine says no"
+    assert by["+d"].kept.startswith("kept")
+    assert sweep.final_stack == ["a", "d"]
+    assert by["+d"].safe_to_ship == "yes" and by["+c"].safe_to_ship == "no"
+    write_reports(sweep, {})
+    with open(tmp_path / "out" / "sweep.csv") as fh:
+        csv_rows = list(csv.DictReader(fh))
+    assert [r["config"] for r in csv_rows] == ["baseline", "+a", "+b", "+c", "+d"]
+    assert (tmp_path / "out" / "sweep.png").stat().st_size > 1000
+    assert "| +c |" in (tmp_path / "out" / "sweep.md").read_text()
+
+
+def test_resume_skips_finished_repeats(tmp_path):
+    plan = _stack_plan(tmp_path)
+    tps = {(): 100.0, ("a",): 90.0, ("b",): 100.0, ("c",): 1.0, ("d",): 100.0}
+    first = FakeRunner(tps, fail={"c"})
+    Sweep(plan, SweepOptions(output=tmp_path / "out", repeats=2), runner=first).run()
+    assert len(first.calls) == 2 * 4 + 1  # the failed config stops after its first repeat
+    again = FakeRunner(tps, fail={"c"})
+    rows = Sweep(
+        plan, SweepOptions(output=tmp_path / "out", repeats=2, resume=True), runner=again
+    ).run()
+    assert again.calls == []
+    assert {r.config: r.resumed for r in rows}["a"] == 2
+    assert {r.config: r.noise_verdict for r in rows}["a"] == "worse"
+    # a changed plan is not "finished": that config runs again
+    plan2 = parse_plan(
+        _plan(tmp_path, plan.text.split("\n", 4)[4].replace("max_num_seqs=128", "max_num_seqs=256"))
+    )
+    tps[("a",)] = 95.0
+    third = FakeRunner(tps, fail={"c"})
+    Sweep(plan2, SweepOptions(output=tmp_path / "out", repeats=2, resume=True), runner=third).run()
+    assert third.calls == ["a", "a"]
