@@ -100,6 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_sweep_arguments(sweep)
     _add_mlflow_arguments(sweep)
 
+    _add_submission_commands(sub)
+
     tiny = sub.add_parser("make-tiny-model", help="random-weight Llama + local tokenizer")
     tiny.add_argument("dir", type=Path)
 
@@ -276,6 +278,117 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(args)
 
 
+def _add_submission_commands(sub) -> None:
+    cal = sub.add_parser(
+        "calibrate", help="measure this machine, write the target QPS into a user.conf",
+        description="Offline: a short measurement -> target_qps (offline_expected_qps) with a "
+                    "margin. Server/Interactive: short runs search the highest target_qps within "
+                    "the TTFT/TPOT limits. Unrecognised --flags go to each `run` (engine flags).")
+    cal.add_argument("--benchmark", required=True)
+    cal.add_argument("--scenario", required=True, choices=["Offline", "Server", "Interactive"])
+    cal.add_argument("--model", required=True, type=Path)
+    cal.add_argument("--dataset", required=True, type=Path)
+    cal.add_argument("--output", required=True, type=Path,
+                     help="folder for the measurement runs and the written user.conf")
+    cal.add_argument("--user-conf", type=Path,
+                     help="base conf to extend (default: user_confs/<benchmark>/<scenario>.conf)")
+    cal.add_argument("--min-duration-s", type=float, default=600.0,
+                     help="min_duration of the run the conf is for (below 600: demo, marked "
+                          "NOT COMPLIANT in the conf)")
+    cal.add_argument("--margin", type=float, default=1.25,
+                     help="Offline: expected QPS = measured samples/s x margin")
+    cal.add_argument("--measure-samples", type=int, default=1000,
+                     help="Offline: samples in the measurement; enough to fill the batch many "
+                          "times (lower it for 405B: ~1 sample/s per GPU node)")
+    cal.add_argument("--start-qps", type=float, default=1.0, help="Server: first trial QPS")
+    cal.add_argument("--trials", type=int, default=6, help="Server: trial runs")
+    cal.add_argument("--trial-s", type=float, default=30.0, help="Server: seconds per trial")
+    cal.add_argument("--trial-queries", type=int, default=200, help="Server: queries per trial")
+    cal.add_argument("--backoff", type=float, default=0.05,
+                     help="Server: written QPS = highest passing x (1 - backoff)")
+
+    pkg = sub.add_parser("package", help="assemble the submission folder of one run")
+    pkg.add_argument("--run", required=True, type=Path, help="an `mlperf-vllm run` --output")
+    pkg.add_argument("--test06", type=Path,
+                     help="TEST06 output (the folder given to `compliance test06 --output`)")
+    pkg.add_argument("--accuracy-run", type=Path, help="take accuracy/ from this run folder")
+    pkg.add_argument("--system", required=True, help="system name (folder and systems/*.json)")
+    pkg.add_argument("--submitter", required=True)
+    pkg.add_argument("--division", default="closed", choices=["closed", "open", "network"])
+    pkg.add_argument("--out", required=True, type=Path, help="submission root")
+    pkg.add_argument("--accuracy-level", default="99", choices=["99", "99.9"])
+    pkg.add_argument("--system-field", action="append", default=[], metavar="KEY=VALUE",
+                     help="systems json field (repeatable), e.g. cooling=air")
+    pkg.add_argument("--measurement", action="append", default=[], metavar="KEY=VALUE",
+                     help="measurements.json field (repeatable)")
+
+    chk = sub.add_parser("check-submission",
+                         help="apply the submission checker's rules to a submission root")
+    chk.add_argument("root", type=Path)
+    chk.add_argument("--structure-only", action="store_true",
+                     help="only files, fields, truncation, hash and TEST06 (a demo-sized run "
+                          "cannot pass the result rules)")
+
+
+def _pairs(items: list[str], flag: str) -> dict[str, str]:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"{flag} {item!r} is not KEY=VALUE")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def cmd_calibrate(args: argparse.Namespace, extra: list[str]) -> int:
+    from harness.calibrate import CalibrateRequest, calibrate
+
+    conf = args.user_conf
+    if conf is None:
+        base = REPO_ROOT / "user_confs" / args.benchmark.removesuffix("-interactive") / \
+            f"{args.scenario.lower()}.conf"
+        conf = base if base.is_file() else None
+    calibrate(CalibrateRequest(
+        benchmark=args.benchmark, scenario=args.scenario, model=args.model,
+        dataset=args.dataset, output=args.output, user_conf=conf,
+        min_duration_s=args.min_duration_s, margin=args.margin,
+        measure_samples=args.measure_samples, start_qps=args.start_qps, trials=args.trials,
+        trial_s=args.trial_s, trial_queries=args.trial_queries, backoff=args.backoff,
+        run_args=tuple(extra)))
+    return EXIT_OK
+
+
+def cmd_package(args: argparse.Namespace) -> int:
+    from harness.package import PackageRequest, package
+
+    report = package(PackageRequest(
+        run=args.run, system=args.system, submitter=args.submitter, out=args.out,
+        division=args.division, test06=args.test06, accuracy_run=args.accuracy_run,
+        accuracy_level=args.accuracy_level,
+        system_fields=_pairs(args.system_field, "--system-field"),
+        measurements=_pairs(args.measurement, "--measurement"),
+        command=tuple(["mlperf-vllm", *sys.argv[1:]])))
+    print(f"packaged {len(report.written)} files into {report.scenario_dir}")
+    if report.todo:
+        print(f"to fill in systems/{args.system}.json (this machine does not report them): "
+              + ", ".join(report.todo))
+    return EXIT_OK
+
+
+def cmd_check_submission(args: argparse.Namespace) -> int:
+    from harness.package import check_submission_tree, render_checks
+    from harness.preflight import reference_seeds
+
+    results = check_submission_tree(args.root, reference_seeds())
+    if args.structure_only:
+        results = [r for r in results if r.group == "structure"]
+    print(render_checks(results))
+    failed = [r for r in results if not r.passed]
+    print(f"{len(results) - len(failed)} passed, {len(failed)} failed"
+          + (": " + ", ".join(sorted({r.rule for r in failed})) if failed else ""))
+    return EXIT_STRICT if failed else EXIT_OK
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
@@ -284,6 +397,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "run":
             return cmd_run(args, extra)
+        if args.command == "calibrate":
+            return cmd_calibrate(args, extra)
         if extra:
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         handler = {
@@ -293,6 +408,8 @@ def main(argv: list[str] | None = None) -> int:
             "sweep": cmd_sweep,
             "demo": cmd_demo,
             "log-run": cmd_log_run,
+            "package": cmd_package,
+            "check-submission": cmd_check_submission,
         }[args.command]
         return handler(args)
     except UsageError as exc:

@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# certify.sh BENCHMARK SCENARIO: calibrate, performance, accuracy, TEST06, package, check,
+# then one verdict table. Every step is an `mlperf-vllm` command; the table says which one
+# failed and where its logs are.
+#
+#   MODEL=/models/Llama-3.1-8B-Instruct DATASET=/data/cnn_eval.json SYSTEM=1xH200_vLLM \
+#   SUBMITTER=MyOrg scripts/certify.sh llama3_1-8b Offline
+#
+# Environment:
+#   MODEL, DATASET       required
+#   SYSTEM, SUBMITTER    submission folder names (default: $(hostname), local)
+#   OUT                  working folder (default: runs/certify/BENCHMARK-SCENARIO)
+#   SUBMISSION_ROOT      where the submission tree goes (default: $OUT/submission)
+#   MLPERF_VLLM          the CLI (default: mlperf-vllm; e.g. ".venv/bin/python -m harness.cli")
+#   RUN_ARGS             extra flags for every run (engine flags: --max-num-seqs 512 ...)
+#   CALIBRATE_ARGS       extra flags for calibrate (--min-duration-s 5 for a CPU demo)
+#   USER_CONF            skip calibration and use this conf
+#   SUBMISSION_FLAG      --submission (default) refuses non-compliant settings; set it empty
+#                        for a demo on the tiny model
+#   PACKAGE_ARGS         extra flags for package (--system-field cooling=air ...)
+set -u -o pipefail
+
+if [ $# -ne 2 ]; then
+  echo "usage: $0 BENCHMARK SCENARIO   (MODEL=... DATASET=... in the environment)" >&2
+  exit 2
+fi
+BENCHMARK=$1
+SCENARIO=$2
+: "${MODEL:?set MODEL to the checkpoint folder}"
+: "${DATASET:?set DATASET to the preprocessed dataset file}"
+SYSTEM=${SYSTEM:-$(hostname -s)}
+SUBMITTER=${SUBMITTER:-local}
+OUT=${OUT:-runs/certify/${BENCHMARK}-${SCENARIO}}
+SUBMISSION_ROOT=${SUBMISSION_ROOT:-$OUT/submission}
+MLPERF_VLLM=${MLPERF_VLLM:-mlperf-vllm}
+RUN_ARGS=${RUN_ARGS:-}
+CALIBRATE_ARGS=${CALIBRATE_ARGS:-}
+PACKAGE_ARGS=${PACKAGE_ARGS:-}
+SUBMISSION_FLAG=${SUBMISSION_FLAG---submission}
+HERE=$(cd "$(dirname "$0")/.." && pwd)
+AUDIT=$HERE/user_confs/audit/TEST06.config
+mkdir -p "$OUT"
+
+declare -a STEPS=() VERDICTS=() DETAILS=()
+record() { STEPS+=("$1"); VERDICTS+=("$2"); DETAILS+=("$3"); }
+
+# step NAME LOGFILE CMD...: run, keep the output in LOGFILE, record PASS/FAIL (exit code).
+step() {
+  local name=$1 log=$2; shift 2
+  echo "== $name: $*"
+  "$@" >"$log" 2>&1
+  local rc=$?
+  if [ $rc -eq 0 ]; then
+    record "$name" PASS "$log"
+    return 0
+  fi
+  record "$name" "FAIL (exit $rc)" "$(grep -m1 '^error:' "$log" || tail -n1 "$log")"
+  return $rc
+}
+
+# shellcheck disable=SC2086  # RUN_ARGS etc. are word lists on purpose
+run_mode() {  # run_mode NAME OUTDIR MODE [extra...]
+  local name=$1 dir=$2 mode=$3; shift 3
+  step "$name" "$OUT/$name.log" $MLPERF_VLLM run --benchmark "$BENCHMARK" --scenario "$SCENARIO" \
+    --mode "$mode" --model "$MODEL" --dataset "$DATASET" --output "$dir" \
+    --user-conf "$CONF" --no-mlflow --no-progress $RUN_ARGS "$@"
+}
+
+json_field() {  # json_field FILE python-expression-over-r
+  python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print($2)" "$1" 2>/dev/null || echo "?"
+}
+
+finish() {
+  echo
+  printf '%-12s %-16s %s\n' STEP VERDICT DETAIL
+  local i failed=0
+  for i in "${!STEPS[@]}"; do
+    printf '%-12s %-16s %s\n' "${STEPS[$i]}" "${VERDICTS[$i]}" "${DETAILS[$i]}"
+    [ "${VERDICTS[$i]}" = PASS ] || failed=1
+  done
+  echo
+  if [ $failed -eq 0 ]; then
+    echo "VERDICT: READY  $BENCHMARK $SCENARIO -> $SUBMISSION_ROOT"
+  else
+    echo "VERDICT: NOT READY  $BENCHMARK $SCENARIO (see the failed step's log in $OUT)"
+  fi
+  exit $failed
+}
+
+# 1. calibrate
+if [ -n "${USER_CONF:-}" ]; then
+  CONF=$USER_CONF
+  record calibrate "SKIPPED" "USER_CONF=$CONF"
+else
+  # shellcheck disable=SC2086
+  if step calibrate "$OUT/calibrate.log" $MLPERF_VLLM calibrate --benchmark "$BENCHMARK" \
+      --scenario "$SCENARIO" --model "$MODEL" --dataset "$DATASET" --output "$OUT/calibrate" \
+      $CALIBRATE_ARGS $RUN_ARGS; then
+    CONF=$OUT/calibrate/user.conf
+    DETAILS[${#DETAILS[@]}-1]="$(grep -m1 -E '\.target_qps = ' "$CONF")"
+  else
+    finish
+  fi
+fi
+
+# 2. performance and 3. accuracy (separate runs: each LoadGen test in its own process)
+# shellcheck disable=SC2086
+if run_mode performance "$OUT/performance" performance $SUBMISSION_FLAG; then
+  R=$OUT/performance/result.json
+  V=$(json_field "$R" "r['performance']['validity']")
+  [ "$V" = VALID ] || VERDICTS[${#VERDICTS[@]}-1]="FAIL ($V)"
+  DETAILS[${#DETAILS[@]}-1]="$V, $(json_field "$R" "round(r['performance']['tokens_per_second'] or 0, 1)") tok/s $(json_field "$R" "'; '.join(r['performance']['invalid_reasons'])")"
+fi
+# shellcheck disable=SC2086
+if run_mode accuracy "$OUT/accuracy" accuracy $SUBMISSION_FLAG; then
+  R=$OUT/accuracy/result.json
+  A=$(json_field "$R" "r['accuracy'].get('verdict')")
+  [ "$A" = PASS ] || VERDICTS[${#VERDICTS[@]}-1]="FAIL ($A)"
+  DETAILS[${#DETAILS[@]}-1]="accuracy $A ($OUT/accuracy/accuracy/accuracy.txt)"
+fi
+
+# 4. TEST06: a performance-mode run under the audit config, then the three checks
+if run_mode test06-run "$OUT/TEST06" performance --audit-config "$AUDIT"; then
+  step test06 "$OUT/test06-check.log" $MLPERF_VLLM compliance test06 \
+    --log-dir "$OUT/TEST06/performance" --model "$MODEL" --output "$OUT/TEST06" --strict
+fi
+
+# 5. package (accuracy from its own run) and 6. the local submission checks
+# shellcheck disable=SC2086
+step package "$OUT/package.log" $MLPERF_VLLM package --run "$OUT/performance" \
+  --accuracy-run "$OUT/accuracy" --test06 "$OUT/TEST06" --system "$SYSTEM" \
+  --submitter "$SUBMITTER" --out "$SUBMISSION_ROOT" $PACKAGE_ARGS \
+  && step check "$OUT/check.log" $MLPERF_VLLM check-submission "$SUBMISSION_ROOT"
+[ "${VERDICTS[${#VERDICTS[@]}-1]}" = PASS ] || DETAILS[${#DETAILS[@]}-1]="$(tail -n1 "$OUT/check.log" 2>/dev/null || echo "see $OUT/package.log")"
+finish
