@@ -102,6 +102,22 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_submission_commands(sub)
 
+    comp = sub.add_parser("compliance", help="apply a compliance test's checks to a run's logs")
+    comp_sub = comp.add_subparsers(dest="test", required=True)
+    t06 = comp_sub.add_parser("test06", help="TEST06: first token, EOS and length consistency")
+    t06.add_argument("--log-dir", required=True, type=Path,
+                     help="folder with the TEST06 run's mlperf_log_accuracy.json")
+    t06.add_argument("--model", "--tokenizer", dest="model", type=Path,
+                     help="checkpoint whose EOS id(s) to use (default: the run's --model)")
+    t06.add_argument("--eos-token-id", type=int, action="append",
+                     help="EOS id instead of the model's (repeatable)")
+    t06.add_argument("--scenario", choices=["Offline", "Server", "Interactive", "SingleStream"],
+                     help="default: from the LoadGen detail log")
+    t06.add_argument("--dtype", default="int32", choices=["int32", "int64", "int16", "float32"])
+    t06.add_argument("--output", type=Path,
+                     help="write OUTPUT/TEST06/verify_accuracy.txt (default: the log dir)")
+    t06.add_argument("--strict", action="store_true", help="exit 3 when a check fails")
+
     tiny = sub.add_parser("make-tiny-model", help="random-weight Llama + local tokenizer")
     tiny.add_argument("dir", type=Path)
 
@@ -272,6 +288,32 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return run_sweep_command(args)
 
 
+def cmd_compliance(args: argparse.Namespace) -> int:
+    from harness.compliance import run_test06
+
+    result, verify = run_test06(args.log_dir, model=args.model,
+                                eos_token_ids=args.eos_token_id, scenario=args.scenario,
+                                output=args.output, dtype=args.dtype)
+    print(result.text(), end="")
+    for problem in result.problems:
+        print(f"  {problem}")
+    print(f"{result.samples} samples checked, EOS id(s) {list(result.eos_token_ids)}; "
+          f"written: {verify}")
+    return EXIT_STRICT if args.strict and not result.passed else EXIT_OK
+
+
+def _exit_now_if_loadgen_running(code: int) -> None:
+    """After Ctrl-C or a dead engine LoadGen's threads may still run (it cannot end a test
+    early); leaving through interpreter shutdown would let them call into a finalizing
+    Python. The engine is already stopped and the logs are on disk: exit at once."""
+    from harness.runner import loadgen_still_running
+
+    if loadgen_still_running():
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from harness.demo import run_demo
 
@@ -408,6 +450,7 @@ def main(argv: list[str] | None = None) -> int:
             "sweep": cmd_sweep,
             "demo": cmd_demo,
             "log-run": cmd_log_run,
+            "compliance": cmd_compliance,
             "package": cmd_package,
             "check-submission": cmd_check_submission,
         }[args.command]
@@ -420,7 +463,21 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted: LoadGen logs written so far are kept in the output folder",
               file=sys.stderr, flush=True)
+        _exit_now_if_loadgen_running(130)
         return 130
+    except Exception as exc:
+        from harness.runner import EngineFailure
+
+        if not isinstance(exc, EngineFailure):
+            raise
+        if debug:
+            import traceback
+
+            traceback.print_exc()
+        print(f"error: {exc}\nthe run failed; LoadGen logs written so far are kept in the "
+              "output folder", file=sys.stderr, flush=True)
+        _exit_now_if_loadgen_running(EXIT_ERROR)
+        return EXIT_ERROR
 
 
 if __name__ == "__main__":

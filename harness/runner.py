@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -262,11 +263,14 @@ def run(req: RunRequest, *, on_result: Callable[[dict[str, Any]], None] | None =
             set_mode(settings, mode)
             log_dir = out / mode
             log_settings = build_log_settings(log_dir)
-            lg.StartTestWithLogSettings(sut.handle, qsl.handle, settings, log_settings, str(audit))
+            run_loadgen_test(lg, sut, qsl, settings, log_settings, audit, mode)
             if sut.error is not None:
-                raise RuntimeError(f"vLLM engine failed during the {mode} test: {sut.error}")
+                raise EngineFailure(f"vLLM engine failed during the {mode} test: "
+                                    f"{_describe_error(sut.error)}")
             if mode == "performance":
                 result["performance"] = performance_result(log_dir).to_dict()
+                if req.scenario != "Offline":
+                    _add_latency_fields(result["performance"], log_dir)
             else:
                 result["accuracy"] = {"log": str(log_dir / ACCURACY_LOG)}
             result["sut_stats"] = dict(vars(sut.stats))
@@ -274,9 +278,16 @@ def run(req: RunRequest, *, on_result: Callable[[dict[str, Any]], None] | None =
     except BaseException as exc:
         result["status"] = "failed" if not isinstance(exc, KeyboardInterrupt) else "interrupted"
         result["error"] = f"{type(exc).__name__}: {exc}"
+        result["sut_stats"] = dict(vars(sut.stats))
         _write(result_path, result)
         raise
     finally:
+        if loadgen_still_running():
+            # Ctrl-C or a dead engine while LoadGen still runs: its threads keep calling the SUT
+            # and QSL, so leave those allocated (the CLI exits the process right after) and stop
+            # only the engine, its processes and our threads.
+            sut.handle = None
+            qsl.handle = None
         shutdown()
         qsl.destroy()
 
@@ -288,6 +299,84 @@ def run(req: RunRequest, *, on_result: Callable[[dict[str, Any]], None] | None =
     if on_result:
         on_result(result)
     return RunOutcome(result, result_path)
+
+
+LOADGEN_THREAD = "loadgen-test"
+ENGINE_FAILURE_GRACE_S = 3.0  # time LoadGen gets to end on its own once the engine failed
+
+
+class EngineFailure(RuntimeError):
+    """The engine died or failed a request during a LoadGen test (the run's results are void)."""
+
+
+def _describe_error(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}".rstrip(": ")
+    cause = exc.__cause__ or exc.__context__
+    if cause is not None and cause is not exc:
+        text += f" (caused by {type(cause).__name__}: {cause})"
+    return text
+
+
+def loadgen_still_running() -> bool:
+    """True while an abandoned LoadGen test thread of this process is alive."""
+    return any(t.name == LOADGEN_THREAD and t.is_alive() for t in threading.enumerate())
+
+
+def run_loadgen_test(lg: Any, sut: Any, qsl: Any, settings: Any, log_settings: Any,
+                     audit: Path, mode: str) -> None:
+    """StartTest on a worker thread, so this (main) thread keeps taking Ctrl-C and notices a
+    dead engine. LoadGen has no way to cut a test short: a Server test lasts its scheduled
+    duration whatever the SUT does. So on Ctrl-C, or when the engine failed and LoadGen does
+    not end within a grace period, the test is abandoned: the caller stops the engine and the
+    process exits; LoadGen's logs up to that moment are on disk (its logger flushes as it goes).
+    """
+    done = threading.Event()
+    failure: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            lg.StartTestWithLogSettings(sut.handle, qsl.handle, settings, log_settings,
+                                        str(audit))
+        except BaseException as exc:  # pragma: no cover - LoadGen reports errors in its log
+            failure.append(exc)
+        finally:
+            done.set()
+
+    thread = threading.Thread(target=target, name=LOADGEN_THREAD, daemon=True)
+    thread.start()
+    failed_at: float | None = None
+    while not done.wait(0.2):
+        if sut.error is None:
+            continue
+        failed_at = failed_at or time.monotonic()
+        if time.monotonic() - failed_at > ENGINE_FAILURE_GRACE_S:
+            raise EngineFailure(f"vLLM engine failed during the {mode} test: "
+                                f"{_describe_error(sut.error)}")
+    thread.join()
+    if failure:
+        raise failure[0]
+
+
+def _add_latency_fields(perf: dict[str, Any], log_dir: Path) -> None:
+    """Server / Interactive / SingleStream: the limits LoadGen applied and which ones failed."""
+    from harness.logs import DETAIL_LOG, parse_detail_log
+
+    v = parse_detail_log(log_dir / DETAIL_LOG).values
+    for key, name in (("ttft_limit_ms", "requested_server_ttft_latency"),
+                      ("tpot_limit_ms", "requested_server_tpot_latency")):
+        if perf.get(key) is None and isinstance(v.get(name), (int, float)) and v[name] > 0 \
+                and perf.get("scenario") == "Server":
+            perf[key] = v[name] / 1e6
+    failed = []
+    for label, value, limit in (("TTFT", perf.get("ttft_p99_ms"), perf.get("ttft_limit_ms")),
+                                ("TPOT", perf.get("tpot_p99_ms"), perf.get("tpot_limit_ms"))):
+        if value is not None and limit and value > limit:
+            failed.append(f"{label} p99 {value:,.1f} ms > limit {limit:,.0f} ms")
+    for key in ("early_stopping_ttft_result", "early_stopping_tpot_result"):
+        text = str(v.get(key) or "").strip(" *")
+        if text and "successful" not in text.lower():
+            failed.append(f"{key.split('_')[2].upper()} early stopping: {text}")
+    perf["failed_constraints"] = failed if perf.get("validity") != "VALID" else []
 
 
 def _evaluate(prep: PreparedRun, acc_dir: Path) -> dict[str, Any]:

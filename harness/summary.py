@@ -39,6 +39,12 @@ def result_rows(result: dict[str, Any]) -> list[tuple[str, str]]:
                                      f"(limit {_fmt(perf.get('tpot_limit_ms'), ' ms', 0)}) {ok}"))
         if perf.get("early_stopping_met") is not None and perf["scenario"] != "Offline":
             rows.append(("early stopping", "met" if perf["early_stopping_met"] else "NOT met"))
+        for failed in perf.get("failed_constraints") or []:
+            rows.append(("  failed", failed))
+        stats = result.get("sut_stats") or {}
+        if perf["scenario"] != "Offline" and "peak_engine_in_flight" in stats:
+            rows.append(("peak in flight", f"{stats['peak_engine_in_flight']} queries in the "
+                                           f"engine at once"))
     acc = result.get("accuracy")
     if acc:
         if acc.get("evaluation_error"):

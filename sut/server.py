@@ -1,0 +1,452 @@
+"""Server / Interactive / SingleStream SUT: every issued query in flight at once, streamed.
+
+The MLCommons reference Server SUT takes one query off a queue, runs `asyncio.run` over its
+stream until it finishes, then takes the next: one query in flight, so the queue grows without
+bound at any QPS above 1 / latency. Here one event-loop thread owns vLLM's `AsyncLLM`;
+`issue_queries` (called from LoadGen's issue thread) hands the samples to that loop with
+`call_soon_threadsafe` and returns at once; each sample becomes one asyncio task streaming
+`RequestOutputKind.DELTA` outputs, and vLLM's scheduler batches all of them.
+
+Reporting to LoadGen
+- FirstTokenComplete carries the first delta's token id(s) the moment the engine emits them.
+- QuerySamplesComplete carries every generated id (the first ones included), int32, with
+  n_tokens == len(payload), which is what LoadGen's TPOT and TEST06 expect.
+- Reports that become ready in the same event-loop iteration go to LoadGen in one call per
+  kind (first tokens before completions), so a step that finishes 200 streams costs one
+  LoadGen call, not 200.
+
+Single-token outputs (decision): LoadGen logs an error for n_tokens <= 1 because it cannot
+form a time-per-output-token from one token. We still report exactly what the model produced
+(one id, n_tokens=1): padding with a made-up second token would change the accuracy log and,
+when the one token is EOS, break TEST06's "at most one trailing EOS" rule; raising min_tokens
+to 2 would change the model's greedy output and depart from the reference sampling settings.
+Such samples are counted in `stats.single_token_outputs` and logged once, so a run that has them
+says why LoadGen reported errors. With real checkpoints on the MLPerf datasets they do not occur
+(the model does not end a summary on its first token); a `--max-tokens 1` run produces only them.
+
+Failures and shutdown
+- An engine error (the engine process died, a request failed) is kept in `error`; the sample is
+  still completed with what it produced, and every later sample is completed at once with an
+  empty payload, so LoadGen never waits on a dead engine. A watchdog also polls
+  `AsyncLLM.errored` so a death with no output pending is noticed within a second.
+- `shutdown()` cancels outstanding streams (vLLM aborts their requests), shuts the engine down
+  (its worker processes exit), stops the loop thread and joins it, then destroys the LoadGen SUT.
+  After shutdown `issue_queries` still answers, at once, with empty payloads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import mlperf_loadgen as lg
+
+from sut.offline import _Progress
+from sut.responses import complete_first_tokens, complete_samples
+
+log = logging.getLogger(__name__)
+
+WATCHDOG_PERIOD_S = 0.5
+ENGINE_SHUTDOWN_TIMEOUT_S = 60.0
+
+# The async engine logs throughput every few seconds by default; LoadGen measures that itself.
+SERVER_ENGINE_DEFAULTS: Mapping[str, Any] = {"disable_log_stats": True}
+
+
+@dataclass
+class ServerStats:
+    """What the SUT saw, JSON-able through `vars()` (the runner stores it as `sut_stats`)."""
+
+    issued: int = 0
+    completed: int = 0
+    output_tokens: int = 0
+    in_flight: int = 0
+    peak_in_flight: int = 0  # most samples issued and not yet completed at one moment
+    engine_in_flight: int = 0
+    peak_engine_in_flight: int = 0  # most requests inside vLLM at one moment
+    first_tokens_reported: int = 0
+    # Order of the LoadGen calls per sample, checked as they are made.
+    first_token_before_complete: int = 0
+    first_token_order_violations: int = 0
+    single_token_outputs: int = 0
+    failed_samples: int = 0  # completed without a (full) generation: engine error or shutdown
+    loadgen_first_token_calls: int = 0
+    loadgen_complete_calls: int = 0
+    first_issue_s: float = 0.0
+    last_complete_s: float = 0.0
+
+    @property
+    def tokens_per_second(self) -> float:
+        span = self.last_complete_s - self.first_issue_s
+        return self.output_tokens / span if span > 0 else 0.0
+
+
+class ServerSUT:
+    """LoadGen SUT over `vllm.v1.engine.async_llm.AsyncLLM` for the latency-bound scenarios.
+
+    Build it with `ServerSUT.create(engine_config, prompts, sampling)`; `prompts[i]` are the
+    token ids of LoadGen sample index i. `max_in_flight` limits how many samples are handed to
+    the engine at once (None: all of them); `max_in_flight=1` is the reference SUT's pattern,
+    kept for side-by-side measurements (bench/server_capacity.py).
+    """
+
+    def __init__(
+        self,
+        engine_factory: Callable[[], Any],
+        prompts: Sequence[Sequence[int]],
+        sampling_params: Any,
+        *,
+        progress: bool = False,
+        name: str = "Server",
+        max_in_flight: int | None = None,
+    ):
+        from vllm.inputs import TokensPrompt
+
+        self._prompt_type = TokensPrompt
+        self._prompts = prompts
+        self._params = sampling_params
+        self._name = name
+        self.stats = ServerStats()
+        self.error: BaseException | None = None
+        self.handle: Any = None
+        self._engine: Any = None
+        self._engine_procs: list[Any] = []
+        self._closed = False
+        self._tasks: set[asyncio.Task] = set()
+        self._first: list[tuple[int, Sequence[int]]] = []
+        self._done: list[tuple[int, Sequence[int]]] = []
+        self._first_reported: set[int] = set()
+        self._flush_scheduled = False
+        self._next_request = 0
+        self._warned_single = False
+        self._progress = _Progress(progress, name)
+        self._loop = asyncio.new_event_loop()
+        self._limit: asyncio.Semaphore | None = None
+        self.limit_in_flight(max_in_flight)
+        self._thread = threading.Thread(target=self._run_loop, name="server-sut-loop", daemon=True)
+        self._thread.start()
+        # The engine is built on the loop thread, inside the running loop, so its output
+        # handler task and its asyncio sockets belong to the loop that drives them.
+        build = asyncio.run_coroutine_threadsafe(self._build(engine_factory), self._loop)
+        try:
+            build.result()
+        except BaseException:
+            if build.done():
+                self.shutdown()
+            else:  # Ctrl-C while the engine loads: do not wait for the load to finish
+                self._closed = True
+                build.cancel()
+            raise
+        self._loop.call_soon_threadsafe(self._start_watchdog)
+        self.handle = lg.ConstructSUT(self.issue_queries, self.flush_queries)
+
+    @classmethod
+    def create(
+        cls,
+        engine_config: Any,
+        prompts: Sequence[Sequence[int]],
+        sampling: Mapping[str, Any],
+        *,
+        progress: bool = False,
+        name: str = "Server",
+        max_in_flight: int | None = None,
+    ) -> ServerSUT:
+        """The runner's entry: an `EngineConfig` and `make_sampling_params` keyword arguments."""
+        from sut.engine import EngineConfig, create_async_engine, make_sampling_params
+
+        config = EngineConfig(
+            engine_config.model, {**SERVER_ENGINE_DEFAULTS, **dict(engine_config.kwargs)}
+        )
+        params = make_sampling_params(**dict(sampling), stream=True)
+        return cls(
+            lambda: create_async_engine(config),
+            prompts,
+            params,
+            progress=progress,
+            name=name,
+            max_in_flight=max_in_flight,
+        )
+
+    def limit_in_flight(self, max_in_flight: int | None) -> None:
+        """Between LoadGen tests only: at most this many samples in the engine at once."""
+        self._limit = asyncio.Semaphore(max_in_flight) if max_in_flight else None
+
+    # Loop plumbing ---------------------------------------------------------------------------
+    def _run_loop(self) -> None:
+        loop = self._loop
+        asyncio.set_event_loop(loop)
+        try:
+            loop.run_forever()
+        finally:
+            pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+            for task in pending:
+                task.cancel()
+            if pending:
+                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+
+    def _call(self, coro, timeout: float | None = None) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+
+    async def _build(self, engine_factory: Callable[[], Any]) -> None:
+        before = {p.pid for p in _descendants()}
+        try:
+            self._engine = engine_factory()
+        finally:
+            # The engine's processes (engine core, its workers), remembered so shutdown can
+            # reap the ones vLLM leaves behind: when the engine core is killed outright, its
+            # worker is orphaned and keeps running.
+            self._engine_procs = [
+                p
+                for p in _descendants()
+                if p.pid not in before and "resource_tracker" not in " ".join(_cmdline(p))
+            ]
+
+    def _start_watchdog(self) -> None:
+        self._tasks.add(self._loop.create_task(self._watch_engine()))
+
+    async def _watch_engine(self) -> None:
+        while not self._closed:
+            await asyncio.sleep(WATCHDOG_PERIOD_S)
+            engine = self._engine
+            if self.error is None and engine is not None and getattr(engine, "errored", False):
+                self._set_error(_engine_dead_error(engine))
+                for task in list(self._tasks):
+                    if task is not asyncio.current_task():
+                        task.cancel()
+
+    # LoadGen callbacks -----------------------------------------------------------------------
+    def issue_queries(self, query_samples) -> None:
+        # Copy (id, index) out now: LoadGen owns the QuerySample objects. Never block here.
+        items = [(q.id, q.index) for q in query_samples]
+        try:
+            self._loop.call_soon_threadsafe(self._start, items)
+        except RuntimeError:  # loop closed: the SUT was shut down while LoadGen still runs
+            _answer_empty([rid for rid, _ in items])
+
+    def flush_queries(self) -> None:
+        pass
+
+    # Per-sample work (loop thread) ---------------------------------------------------------
+    def _start(self, items: list[tuple[int, int]]) -> None:
+        stats = self.stats
+        if not stats.issued:
+            stats.first_issue_s = time.monotonic()
+        stats.issued += len(items)
+        stats.in_flight += len(items)
+        if stats.in_flight > stats.peak_in_flight:
+            stats.peak_in_flight = stats.in_flight
+        self._progress.add_total(len(items))
+        for rid, index in items:
+            if self.error is not None or self._closed:
+                self._finish(rid, (), failed=True)
+                continue
+            task = self._loop.create_task(self._serve(rid, index))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _serve(self, rid: int, index: int) -> None:
+        tokens: list[int] = []
+        failed = True
+        try:
+            limit = self._limit
+            if limit is not None:
+                await limit.acquire()
+            try:
+                request_id = f"{self._next_request}"
+                self._next_request += 1
+                stats = self.stats
+                stats.engine_in_flight += 1
+                if stats.engine_in_flight > stats.peak_engine_in_flight:
+                    stats.peak_engine_in_flight = stats.engine_in_flight
+                prompt = self._prompt_type(prompt_token_ids=list(self._prompts[index]))
+                async for out in self._engine.generate(prompt, self._params, request_id):
+                    new = out.outputs[0].token_ids if out.outputs else ()
+                    if new:
+                        if not tokens:
+                            self._queue_first(rid, list(new))
+                        tokens.extend(new)
+                    # No break on `finished`: the generator ends by itself after its last
+                    # output; leaving it suspended would make vLLM abort the request at GC.
+                failed = False
+            finally:
+                self.stats.engine_in_flight -= 1
+                if limit is not None:
+                    limit.release()
+        except asyncio.CancelledError:
+            pass  # shutdown or engine death: complete with what was produced
+        except Exception as exc:
+            self._set_error(exc)
+        self._finish(rid, tokens, failed=failed)
+
+    def _set_error(self, exc: BaseException) -> None:
+        if self.error is None:
+            self.error = exc
+            log.error("vLLM engine failed: %s", _describe(exc))
+
+    def _queue_first(self, rid: int, tokens: Sequence[int]) -> None:
+        self._first.append((rid, tokens))
+        self._schedule_flush()
+
+    def _finish(self, rid: int, tokens: Sequence[int], *, failed: bool) -> None:
+        if failed:
+            self.stats.failed_samples += 1
+        if rid not in self._first_reported and not any(r == rid for r, _ in self._first):
+            # No token ever came (failure, or an empty generation): LoadGen still needs a
+            # first-token record before the completion.
+            self._first.append((rid, tuple(tokens[:1])))
+        elif len(tokens) == 1 and not failed:
+            self.stats.single_token_outputs += 1
+            if not self._warned_single:
+                self._warned_single = True
+                log.warning(
+                    "a generation ended after one token; LoadGen logs n_tokens <= 1 "
+                    "as an error (reported as produced, see sut/server.py)"
+                )
+        self._done.append((rid, tokens))
+        self._schedule_flush()
+
+    def _schedule_flush(self) -> None:
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        """One LoadGen call per kind for everything that became ready in this loop iteration."""
+        self._flush_scheduled = False
+        first, self._first = self._first, []
+        done, self._done = self._done, []
+        stats = self.stats
+        if first:
+            complete_first_tokens(first)
+            stats.loadgen_first_token_calls += 1
+            stats.first_tokens_reported += len(first)
+            self._first_reported.update(rid for rid, _ in first)
+        if done:
+            for rid, _ in done:
+                if rid in self._first_reported:
+                    self._first_reported.discard(rid)
+                    stats.first_token_before_complete += 1
+                else:
+                    stats.first_token_order_violations += 1
+            stats.output_tokens += complete_samples(done)
+            stats.loadgen_complete_calls += 1
+            stats.completed += len(done)
+            stats.in_flight -= len(done)
+            stats.last_complete_s = time.monotonic()
+            self._progress.update(len(done), stats)  # type: ignore[arg-type]
+
+    # Lifecycle -------------------------------------------------------------------------------
+    async def _close(self) -> None:
+        self._closed = True
+        current = asyncio.current_task()
+        tasks = [t for t in self._tasks if t is not current]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        self._flush()
+        engine, self._engine = self._engine, None
+        if engine is not None:
+            engine.shutdown()
+        await asyncio.sleep(0)  # let the engine's cancelled output handler unwind
+
+    def shutdown(self) -> None:
+        """Stop everything this SUT started. Safe to call twice and after a failed start."""
+        t0 = time.monotonic()
+        if self._thread.is_alive() and not self._loop.is_closed():
+            if self._engine is not None or self._tasks:
+                try:
+                    self._call(self._close(), timeout=ENGINE_SHUTDOWN_TIMEOUT_S)
+                except (concurrent.futures.TimeoutError, RuntimeError) as exc:
+                    log.error("engine shutdown did not finish cleanly: %s", _describe(exc))
+            self._closed = True
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=ENGINE_SHUTDOWN_TIMEOUT_S)
+        self._closed = True
+        _reap(self._engine_procs)
+        log.info("server SUT stopped in %.1f s", time.monotonic() - t0)
+        if self.handle is not None:
+            lg.DestroySUT(self.handle)
+            self.handle = None
+        self._progress.close()
+
+
+def _descendants() -> list[Any]:
+    import psutil  # a vLLM dependency
+
+    try:
+        return psutil.Process().children(recursive=True)
+    except psutil.Error:  # pragma: no cover
+        return []
+
+
+def _cmdline(proc: Any) -> list[str]:
+    try:
+        return proc.cmdline()
+    except Exception:
+        return []
+
+
+def _reap(procs: list[Any], grace_s: float = 3.0) -> None:
+    """Terminate, then kill, whichever of the engine's processes are still alive."""
+    import psutil
+
+    alive = []
+    for p in procs:
+        try:
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                alive.append(p)
+        except psutil.Error:
+            pass
+    if not alive:
+        return
+    log.warning(
+        "stopping %d engine process(es) vLLM left running: %s", len(alive), [p.pid for p in alive]
+    )
+    for p in alive:
+        with contextlib.suppress(psutil.Error):
+            p.terminate()
+    _, still = psutil.wait_procs(alive, timeout=grace_s)
+    for p in still:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    psutil.wait_procs(still, timeout=grace_s)
+
+
+def _answer_empty(response_ids: list[int]) -> None:
+    pairs = [(rid, ()) for rid in response_ids]
+    complete_first_tokens(pairs)
+    complete_samples(pairs)
+
+
+def _engine_dead_error(engine: Any) -> BaseException:
+    try:
+        err = engine.dead_error
+    except Exception:  # pragma: no cover - depends on the vLLM release
+        err = None
+    if isinstance(err, BaseException):
+        return err
+    return RuntimeError("the vLLM engine stopped (its process exited)")
+
+
+def _describe(exc: BaseException) -> str:
+    """`Type: message`, with the underlying cause when vLLM wraps it (EngineGenerateError)."""
+    text = f"{type(exc).__name__}: {exc}".rstrip(": ")
+    cause = exc.__cause__ or exc.__context__
+    if cause is not None and cause is not exc:
+        text += f" (caused by {type(cause).__name__}: {cause})"
+    return text
+
+
+def describe_error(exc: BaseException) -> str:
+    return _describe(exc)
