@@ -1,0 +1,371 @@
+"""Server / Interactive / SingleStream end to end: real LoadGen, real vLLM (CPU build), tiny model.
+
+Each run is `python -m harness.cli run ...` in its own process. Four engine starts in all:
+- a Server run at a moderate QPS: VALID, many queries in the engine at once, first token
+  before completion for every query, no thread or child process left after `main()` returns;
+- an Interactive run far above capacity, under the TEST06 audit.config: INVALID on latency,
+  no LoadGen error, every query answered; TEST06 passes on that output and fails once the
+  accuracy log is corrupted;
+- Ctrl-C (SIGINT to the process group, as a terminal sends it) in a 10-minute Server run and an
+  engine killed in a 10-minute SingleStream run, side by side: both end within seconds, keep
+  their LoadGen logs, and leave no process behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pytest
+
+from tests.conftest import REPO, SMOKE, cli
+
+pytestmark = pytest.mark.e2e
+
+MAX_TOKENS = "32"  # the tiny model rarely emits EOS: cap outputs so runs stay short
+
+# After main() returns, list what is still alive in the process: our threads, child processes.
+LEFTOVER_PROBE = """
+import json, sys, threading
+import psutil
+from harness.cli import main
+rc = main(sys.argv[1:])
+threads = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
+kids = [" ".join(p.cmdline()) for p in psutil.Process().children(recursive=True)
+        if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+print("LEFTOVER " + json.dumps({"threads": threads, "children": kids}), flush=True)
+sys.exit(rc)
+"""
+
+# TEST06's audit.config settings (MLCommons compliance/TEST06).
+TEST06_AUDIT = """\
+*.*.mode = 2
+*.*.accuracy_log_rng_seed = 720381539243781796
+*.*.accuracy_log_sampling_target = 100
+*.*.min_query_count = 100
+*.*.min_duration = 0
+*.*.sample_concatenate_permutation = 0
+"""
+
+
+def _run_args(model, dataset, out, benchmark, scenario, conf, *extra) -> list[str]:
+    return [
+        "run",
+        "--benchmark",
+        benchmark,
+        "--scenario",
+        scenario,
+        "--mode",
+        "performance",
+        "--model",
+        str(model),
+        "--dataset",
+        str(dataset),
+        "--output",
+        str(out),
+        "--user-conf",
+        str(conf),
+        "--no-mlflow",
+        "--no-progress",
+        "--max-tokens",
+        MAX_TOKENS,
+        *extra,
+    ]
+
+
+def _detail(log_dir: Path) -> dict:
+    from harness.logs import parse_detail_log
+
+    return parse_detail_log(log_dir / "mlperf_log_detail.txt").values
+
+
+@pytest.fixture(scope="module")
+def server_run(tiny_model, tiny_dataset, tmp_path_factory):
+    out = tmp_path_factory.mktemp("server-run")
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            LEFTOVER_PROBE,
+            *_run_args(
+                tiny_model, tiny_dataset, out, "llama3_1-8b", "Server", SMOKE / "server.conf"
+            ),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=str(REPO),
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    return out, proc
+
+
+def test_server_run_is_valid_with_many_queries_in_flight(server_run):
+    out, proc = server_run
+    result = json.loads((out / "result.json").read_text())
+    perf, stats = result["performance"], result["sut_stats"]
+    assert perf["validity"] == "VALID", (perf["invalid_reasons"], perf.get("failed_constraints"))
+    assert perf["early_stopping_met"] is True
+    assert perf["num_errors"] == 0, perf["errors"]
+    assert perf["ttft_p99_ms"] <= perf["ttft_limit_ms"] == 2000
+    assert perf["tpot_p99_ms"] <= perf["tpot_limit_ms"] == 100
+    # Every issued query in the engine at once, not one at a time (the reference pattern).
+    assert stats["peak_engine_in_flight"] >= 4, stats
+    queries = _detail(out / "performance")["result_query_count"]
+    assert stats["issued"] == stats["completed"] == queries >= 700
+    # FirstTokenComplete before QuerySamplesComplete for every query: checked by the SUT as
+    # it made the calls, and by LoadGen, which logs an error for a completion without one.
+    assert stats["first_token_before_complete"] == queries
+    assert stats["first_token_order_violations"] == 0
+    assert stats["failed_samples"] == 0 and stats["single_token_outputs"] == 0
+    # Reports batched per event-loop iteration: never more LoadGen calls than samples.
+    assert stats["loadgen_complete_calls"] <= queries
+    assert "completed tokens/s" in proc.stdout and "TTFT p99" in proc.stdout
+    assert "peak in flight" in proc.stdout
+
+
+def test_server_run_leaves_no_thread_or_process(server_run):
+    _, proc = server_run
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("LEFTOVER "))
+    left = json.loads(line[len("LEFTOVER ") :])
+    # Python's multiprocessing resource tracker lives until the interpreter exits (it then
+    # cleans up shared memory); anything else would be a leak of ours or of the engine.
+    assert [c for c in left["children"] if "resource_tracker" not in c] == [], left
+    assert not [t for t in left["threads"] if "server-sut" in t or "loadgen" in t], left
+    assert left["threads"] == [], left
+
+
+def test_interactive_overload_is_invalid_on_latency_and_passes_test06(
+    tiny_model, tiny_dataset, tmp_path
+):
+    conf = tmp_path / "overload.conf"
+    conf.write_text("*.Server.target_qps = 1000\n*.Server.min_duration = 0\n")
+    audit = tmp_path / "audit.config"
+    audit.write_text(TEST06_AUDIT)
+    out = tmp_path / "run"
+    proc = cli(
+        *_run_args(
+            tiny_model,
+            tiny_dataset,
+            out,
+            "llama3_1-8b",
+            "Interactive",
+            conf,
+            "--audit-config",
+            str(audit),
+            # 4 sequences at a time: the 100 queries of TEST06 queue inside vLLM, so the
+            # overload does not depend on how busy this machine happens to be.
+            "--max-num-seqs",
+            "4",
+        )
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    result = json.loads((out / "result.json").read_text())
+    assert result["loadgen_model"] == "llama3_1-8b-interactive"
+    perf, stats = result["performance"], result["sut_stats"]
+    v = _detail(out / "performance")
+    assert v["effective_accuracy_log_sampling_target"] == 100  # the audit config was applied
+    # Far above capacity: finishes, no LoadGen error, every query answered, INVALID on latency.
+    assert perf["validity"] == "INVALID"
+    assert perf["num_errors"] == 0, perf["errors"]
+    assert perf["ttft_limit_ms"] == 500 and perf["tpot_limit_ms"] == 30
+    assert any(f.startswith(("TTFT p99", "TPOT p99")) for f in perf["failed_constraints"]), perf
+    assert "latency constraints not met" in " ".join(perf["invalid_reasons"])
+    assert "failed" in proc.stdout and "INVALID" in proc.stdout
+    queries = v["result_query_count"]
+    assert stats["issued"] == stats["completed"] == queries >= 100
+    assert stats["failed_samples"] == 0
+    assert stats["peak_engine_in_flight"] > 32, stats  # the overload really was in flight
+    records = json.loads((out / "performance" / "mlperf_log_accuracy.json").read_text())
+    assert len(records) == queries  # every query's output logged
+
+    log_dir = out / "performance"
+    ok = cli(
+        "compliance", "test06", "--log-dir", str(log_dir), "--model", str(tiny_model), "--strict"
+    )
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    verify = (log_dir / "TEST06" / "verify_accuracy.txt").read_text().splitlines()
+    assert verify == [
+        "First token check pass: True",
+        "EOS check pass: True",
+        "Sample length check pass: True",
+        "TEST06 verification complete",
+    ]
+
+    # Corrupt a copy: first token of one sample, a second EOS on another, a wrong count.
+    eos = json.loads((tiny_model / "generation_config.json").read_text())["eos_token_id"]
+    bad_dir = tmp_path / "corrupted"
+    bad_dir.mkdir()
+    bad = [dict(r) for r in records]
+    first = np.frombuffer(bytes.fromhex(bad[0]["token_data"]), np.int32).copy()
+    first[0] += 1
+    bad[0]["token_data"] = first.tobytes().hex().upper()
+    data = np.frombuffer(bytes.fromhex(bad[1]["data"]), np.int32)
+    bad[1]["data"] = np.append(data, [eos, eos]).astype(np.int32).tobytes().hex().upper()
+    bad[1]["token_count"] = int(data.size) + 2
+    bad[2]["token_count"] = int(bad[2]["token_count"]) + 1
+    (bad_dir / "mlperf_log_accuracy.json").write_text(json.dumps(bad))
+    fail = cli(
+        "compliance",
+        "test06",
+        "--log-dir",
+        str(bad_dir),
+        "--model",
+        str(tiny_model),
+        "--scenario",
+        "Interactive",
+        "--strict",
+    )
+    assert fail.returncode == 3, fail.stdout + fail.stderr
+    assert (bad_dir / "TEST06" / "verify_accuracy.txt").read_text().splitlines() == [
+        "First token check pass: False",
+        "EOS check pass: False",
+        "Sample length check pass: False",
+        "TEST06 verification failed",
+    ]
+
+
+def _default_sigint() -> None:
+    # A shell starts background jobs with SIGINT ignored and children inherit that; a terminal's
+    # Ctrl-C reaches a foreground run whose SIGINT is at its default.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def _wait_for(predicate, timeout: float, what: str, procs=()) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        for p in procs:
+            if p.poll() is not None:
+                raise AssertionError(f"run exited ({p.returncode}) while waiting for {what}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.5)
+
+
+def _loadgen_issuing(out: Path) -> bool:
+    detail = out / "performance" / "mlperf_log_detail.txt"
+    return detail.exists() and "generated_query_count" in detail.read_text(errors="replace")
+
+
+def _family(pid: int) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+def _group_empty(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def _alive(procs: list[psutil.Process]) -> list[int]:
+    alive = []
+    for p in procs:
+        try:
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                alive.append(p.pid)
+        except psutil.NoSuchProcess:
+            pass
+    return alive
+
+
+def test_ctrl_c_and_engine_death_end_long_runs_quickly(tiny_model, tiny_dataset, tmp_path):
+    """Both runs are scheduled for 10 minutes; each must end within seconds of the event."""
+    long_server = tmp_path / "long_server.conf"
+    long_server.write_text("*.Server.min_duration = 600000\n*.Server.target_qps = 10\n")
+    long_ss = tmp_path / "long_ss.conf"
+    long_ss.write_text(
+        "*.SingleStream.min_duration = 600000\n*.SingleStream.min_query_count = 100000\n"
+    )
+    outs = {"ctrl_c": tmp_path / "ctrl-c", "dead": tmp_path / "dead-engine"}
+    procs = {
+        "ctrl_c": subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "harness.cli",
+                *_run_args(
+                    tiny_model, tiny_dataset, outs["ctrl_c"], "llama3_1-8b", "Server", long_server
+                ),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=str(REPO),
+            start_new_session=True,
+            preexec_fn=_default_sigint,
+        ),
+        "dead": subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "harness.cli",
+                *_run_args(
+                    tiny_model,
+                    tiny_dataset,
+                    outs["dead"],
+                    "llama3_1-8b-edge",
+                    "SingleStream",
+                    long_ss,
+                ),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=str(REPO),
+            start_new_session=True,
+            preexec_fn=_default_sigint,
+        ),
+    }
+    try:
+        for name in procs:
+            _wait_for(
+                lambda n=name: _loadgen_issuing(outs[n]),
+                600,
+                f"{name} LoadGen start",
+                [procs[name]],
+            )
+        time.sleep(3)  # queries in flight
+        family = {n: _family(p.pid) for n, p in procs.items()}
+        engine = [p for p in family["dead"] if "EngineCore" in " ".join(p.cmdline() or [p.name()])]
+        assert engine, [p.cmdline() for p in family["dead"]]
+        t0 = time.monotonic()
+        os.killpg(procs["ctrl_c"].pid, signal.SIGINT)  # what a terminal's Ctrl-C does
+        engine[0].kill()  # the engine process dies mid-run (SIGKILL: no goodbye)
+        results = {n: p.communicate(timeout=120) for n, p in procs.items()}
+        elapsed = time.monotonic() - t0
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+    assert elapsed < 60, elapsed  # against a 600 s schedule
+
+    out, (stdout, stderr) = outs["ctrl_c"], results["ctrl_c"]
+    assert procs["ctrl_c"].returncode == 130, stdout[-2000:] + stderr[-4000:]
+    assert "interrupted: LoadGen logs written so far are kept" in stderr
+    assert json.loads((out / "result.json").read_text())["status"] == "interrupted"
+    assert _detail(out / "performance")["generated_query_count"] > 0
+
+    out, (stdout, stderr) = outs["dead"], results["dead"]
+    assert procs["dead"].returncode == 1, stdout[-2000:] + stderr[-4000:]
+    assert "error: vLLM engine failed during the performance test: EngineDeadError" in stderr
+    result = json.loads((out / "result.json").read_text())
+    assert result["status"] == "failed" and "EngineDeadError" in result["error"]
+    assert (out / "performance" / "mlperf_log_detail.txt").stat().st_size > 0
+
+    for name, p in procs.items():
+        # A killed process can take a few seconds to finish exiting on a loaded machine.
+        _wait_for(lambda n=name: not _alive(family[n]), 30, f"{name}: processes to exit")
+        # ... and then nothing at all is left in the run's process group.
+        _wait_for(lambda pg=p.pid: _group_empty(pg), 30, f"{name}: process group to empty")
