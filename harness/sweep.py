@@ -856,7 +856,7 @@ class Sweep:
                     keep, reason = True, "kept (--keep-all)"
                 elif broke:
                     reason = "dropped: lost validity or accuracy"
-                elif helped:
+                elif helped and delta is not None:
                     keep, reason = True, f"kept: {100 * delta:+.1f}% vs stack ({verdict})"
                 else:
                     reason = f"dropped: {verdict}"
