@@ -256,7 +256,14 @@ def run(req: RunRequest, *, on_result: Callable[[dict[str, Any]], None] | None =
 
     qsl = TokenQSL(prep.dataset.prompts, settings.performance_sample_count_override or None)
     t0 = time.monotonic()
-    sut, shutdown = build_sut(prep)
+    try:
+        sut, shutdown = build_sut(prep)
+    except BaseException as exc:  # vLLM rejected the engine arguments, or start was interrupted
+        qsl.destroy()
+        result["status"] = "failed" if not isinstance(exc, KeyboardInterrupt) else "interrupted"
+        result["error"] = f"engine start failed: {type(exc).__name__}: {exc}"
+        _write(result_path, result)
+        raise
     result["engine_start_s"] = round(time.monotonic() - t0, 2)
     try:
         for mode in req.modes():
