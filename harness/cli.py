@@ -93,15 +93,6 @@ def build_parser() -> argparse.ArgumentParser:
     relog.add_argument("--run-name", help="MLflow run name (default: benchmark scenario mode)")
     _add_mlflow_arguments(relog)
 
-
-    from harness.sweep import add_sweep_arguments
-
-    sweep = sub.add_parser("sweep", help="one-knob isolation or stacked tuning sweep of a plan")
-    add_sweep_arguments(sweep)
-    _add_mlflow_arguments(sweep)
-
-    _add_submission_commands(sub)
-
     comp = sub.add_parser("compliance", help="apply a compliance test's checks to a run's logs")
     comp_sub = comp.add_subparsers(dest="test", required=True)
     t06 = comp_sub.add_parser("test06", help="TEST06: first token, EOS and length consistency")
@@ -117,6 +108,14 @@ def build_parser() -> argparse.ArgumentParser:
     t06.add_argument("--output", type=Path,
                      help="write OUTPUT/TEST06/verify_accuracy.txt (default: the log dir)")
     t06.add_argument("--strict", action="store_true", help="exit 3 when a check fails")
+
+    _add_submission_commands(sub)
+
+    from harness.sweep import add_sweep_arguments
+
+    sweep = sub.add_parser("sweep", help="one-knob isolation or stacked tuning sweep of a plan")
+    add_sweep_arguments(sweep)
+    _add_mlflow_arguments(sweep)
 
     tiny = sub.add_parser("make-tiny-model", help="random-weight Llama + local tokenizer")
     tiny.add_argument("dir", type=Path)
@@ -282,12 +281,6 @@ def cmd_make_dataset(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def cmd_sweep(args: argparse.Namespace) -> int:
-    from harness.sweep import cmd_sweep as run_sweep_command
-
-    return run_sweep_command(args)
-
-
 def cmd_compliance(args: argparse.Namespace) -> int:
     from harness.compliance import run_test06
 
@@ -300,24 +293,6 @@ def cmd_compliance(args: argparse.Namespace) -> int:
     print(f"{result.samples} samples checked, EOS id(s) {list(result.eos_token_ids)}; "
           f"written: {verify}")
     return EXIT_STRICT if args.strict and not result.passed else EXIT_OK
-
-
-def _exit_now_if_loadgen_running(code: int) -> None:
-    """After Ctrl-C or a dead engine LoadGen's threads may still run (it cannot end a test
-    early); leaving through interpreter shutdown would let them call into a finalizing
-    Python. The engine is already stopped and the logs are on disk: exit at once."""
-    from harness.runner import loadgen_still_running
-
-    if loadgen_still_running():
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-
-
-def cmd_demo(args: argparse.Namespace) -> int:
-    from harness.demo import run_demo
-
-    return run_demo(args)
 
 
 def _add_submission_commands(sub) -> None:
@@ -429,6 +404,30 @@ def cmd_check_submission(args: argparse.Namespace) -> int:
     print(f"{len(results) - len(failed)} passed, {len(failed)} failed"
           + (": " + ", ".join(sorted({r.rule for r in failed})) if failed else ""))
     return EXIT_STRICT if failed else EXIT_OK
+
+
+def _exit_now_if_loadgen_running(code: int) -> None:
+    """After Ctrl-C or a dead engine LoadGen's threads may still run (it cannot end a test
+    early); leaving through interpreter shutdown would let them call into a finalizing
+    Python. The engine is already stopped and the logs are on disk: exit at once."""
+    from harness.runner import loadgen_still_running
+
+    if loadgen_still_running():
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from harness.sweep import cmd_sweep as run_sweep_command
+
+    return run_sweep_command(args)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from harness.demo import run_demo
+
+    return run_demo(args)
 
 
 def main(argv: list[str] | None = None) -> int:

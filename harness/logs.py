@@ -132,8 +132,11 @@ def performance_result(log_dir: str | Path) -> PerformanceResult:
     numeric = {k: float(x) for k, x in v.items()
                if k.startswith("result_") and _num(x) is not None}
     settings = {k: x for k, x in v.items() if k.startswith("effective_")}
-    ttft_lim = _ns_to_ms(v.get("effective_ttft_latency_ns")) if not offline else None
-    tpot_lim = _ns_to_ms(v.get("effective_tpot_latency_ns")) if not offline else None
+    # LoadGen logs the token-latency limits (ns) only as requested_server_*_latency; they are
+    # applied unchanged, and only the Server scenario (Server and Interactive) checks them.
+    server = scenario == "Server"
+    ttft_lim = _ns_to_ms(v.get("requested_server_ttft_latency")) if server else None
+    tpot_lim = _ns_to_ms(v.get("requested_server_tpot_latency")) if server else None
     return PerformanceResult(
         scenario=scenario,
         validity=validity,
