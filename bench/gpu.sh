@@ -4,7 +4,9 @@
 #                          Llama-3.1-8B BF16 and FP8 + FP8 KV cache
 #   bench/gpu.sh server    our Server SUT at increasing QPS (TTFT 2000 / TPOT 100 ms) and
 #                          Interactive (500 / 30 ms) vs the one-query-at-a-time pattern
-#   bench/gpu.sh all       both
+#   bench/gpu.sh scale-8b  (2 GPUs) Llama-3.1-8B FP8 on one GPU, DP 2 and TP 2, via `mlperf-vllm run`
+#   bench/gpu.sh tp2-70b   (2 GPUs) Llama-2-70B FP8, TP 2, via `mlperf-vllm run`
+#   bench/gpu.sh all       offline + server
 # Needs vLLM on the machine: on the lent offline GPU machine, stage it first with the gpu-stage
 # kit (its README: two commands), then run this with `.gpu-stage/bin` sent along. Results go to
 # $OUT (or bench/gpu-out) as logs and JSON; bench/RESULTS.md records what was measured.
@@ -32,16 +34,48 @@ offline() {  # name, extra args...
 
 server() {  # name, extra args...
   local name=$1; shift
-  python3 bench/server_capacity.py --model "$MODEL" --random-prompts 870 "${DUMMY[@]}" \
-    --ignore-eos "$@" --json "$OUT/server_$name.json" \
+  python3 bench/server_capacity.py --model "$MODEL" --random-prompts 870 --samples 1000 \
+    "${DUMMY[@]}" --ignore-eos --max-tokens 128 --duration-s 10 --min-queries 200 \
+    --reference-min-queries 24 --start-qps 4 --reference-start-qps 0.5 --bisect 2 \
+    --offline-samples 1000 "$@" --json "$OUT/server_$name.json" \
     2>&1 | grep -v -E "^(\((EngineCore|Worker|MainProcess)|INFO|DEBUG)" | tee "$OUT/server_$name.log"
 }
 
+# One LoadGen Offline run through `mlperf-vllm run` (the real CLI), on random prompts.
+cli_offline() {  # name, model, mean input length, max tokens, run args...
+  local name=$1 model=$2 mean=$3 maxtok=$4; shift 4
+  local work=${TMPDIR:-/tmp}/gpu-bench; mkdir -p "$work"
+  local data="$work/data_${mean}.json" conf="$work/offline_all.conf"
+  [ -f "$data" ] || python3 -c "
+import json, sys; from pathlib import Path; from bench.offline_overhead import random_prompts
+p = random_prompts(Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), seed=5)
+Path(sys.argv[4]).write_text(json.dumps([{'tok_input': x} for x in p]))" \
+    "$model" "$SAMPLES" "$mean" "$data"
+  # One query of the whole set, each prompt once; no min duration (throughput study, not a
+  # submission run).
+  printf '*.Offline.min_duration = 0\n*.Offline.min_query_count = %s\n*.Offline.target_qps = 1\n' \
+    "$SAMPLES" > "$conf"
+  python3 -m harness.cli run --benchmark llama3_1-8b --scenario Offline --mode performance \
+    --model "$model" --dataset "$data" --output "$work/run_$name" --user-conf "$conf" \
+    --no-mlflow --no-progress --ignore-eos --max-tokens "$maxtok" "${DUMMY[@]}" "$@" 2>&1 \
+    | grep -E "validity|tokens/s|samples|duration|error|Error" | sed "s/^/[$name] /" \
+    | tee "$OUT/run_$name.log"
+}
+
 case "${1:-all}" in
+  scale-8b)  # 2 GPUs: one GPU, DP 2, TP 2 for Llama-3.1-8B FP8 + FP8 KV
+    CUDA_VISIBLE_DEVICES=0 cli_offline 8b_fp8_1gpu "$MODEL" 870 128 "${FP8[@]}"
+    cli_offline 8b_fp8_dp2 "$MODEL" 870 128 "${FP8[@]}" --data-parallel-size 2
+    cli_offline 8b_fp8_tp2 "$MODEL" 870 128 "${FP8[@]}" --tensor-parallel-size 2 ;;
+  tp2-70b)   # 2 GPUs: Llama-2-70B FP8 + FP8 KV, TP 2; OpenOrca-like input, its mean output length
+    cli_offline 70b_fp8_tp2 .gpu-stage/bin/llama2_70b_dummy 300 294 "${FP8[@]}" \
+      --tensor-parallel-size 2 ;;
   offline) offline bf16; offline fp8 "${FP8[@]}" ;;
   offline-bf16) offline bf16 ;;
   offline-fp8) offline fp8 "${FP8[@]}" ;;
   server) server fp8 "${FP8[@]}" ;;
+  interactive) server fp8_interactive "${FP8[@]}" --ttft-ms 500 --tpot-ms 30 --skip-reference ;;
   all) offline bf16; offline fp8 "${FP8[@]}"; server fp8 "${FP8[@]}" ;;
-  *) echo "usage: $0 {offline|offline-bf16|offline-fp8|server|all}" >&2; exit 2 ;;
+  *) echo "usage: $0 {offline|offline-bf16|offline-fp8|server|interactive|scale-8b|tp2-70b|all}" >&2
+     exit 2 ;;
 esac

@@ -109,7 +109,11 @@ class Bench:
         from sut.server import ServerStats, ServerSUT
 
         self.lg, self.args, self.stats_type = lg, args, ServerStats
-        overrides = {"max_num_seqs": args.max_num_seqs}
+        from sut.engine import parse_engine_arg_pairs
+
+        overrides = parse_engine_arg_pairs(args.engine_arg)
+        if args.max_num_seqs:
+            overrides["max_num_seqs"] = args.max_num_seqs
         if args.dtype:
             overrides["dtype"] = args.dtype
         self.config = make_engine_config(str(args.model), overrides)
@@ -232,7 +236,17 @@ def main() -> int:
     p.add_argument("--tpot-ms", type=float, default=100.0)
     p.add_argument("--duration-s", type=float, default=8.0, help="min_duration of each trial")
     p.add_argument("--min-queries", type=int, default=100, help="min_query_count of each trial")
-    p.add_argument("--max-num-seqs", type=int, default=64)
+    p.add_argument("--max-num-seqs", type=int, default=None,
+                   help="default: the engine's (64 on a machine without a GPU)")
+    p.add_argument("--engine-arg", action="append", default=[], metavar="KEY=VALUE",
+                   help="any vLLM engine argument, e.g. load_format=dummy (repeatable)")
+    p.add_argument("--random-prompts", type=int, metavar="MEAN_LEN",
+                   help="random token-id prompts of this mean length instead of a dataset "
+                        "(weights-free GPU runs; --samples of them)")
+    p.add_argument("--reference-min-queries", type=int, default=None,
+                   help="min_query_count of the reference pattern's trials (it serves ~1 query "
+                        "per output-length of time, so 100 queries can take minutes on a GPU)")
+    p.add_argument("--skip-reference", action="store_true")
     p.add_argument("--dtype", default=None)
     p.add_argument("--start-qps", type=float, default=2.0)
     p.add_argument("--reference-start-qps", type=float, default=1.0)
@@ -249,14 +263,19 @@ def main() -> int:
 
     work = Path(tempfile.mkdtemp(prefix="server-capacity-"))
     args.logs = args.logs or work / "logs"
-    if args.model is None or args.dataset is None:
+    if args.random_prompts:
+        from bench.offline_overhead import random_prompts
+
+        prompts = random_prompts(args.model, args.samples, args.random_prompts)
+    elif args.model is None or args.dataset is None:
         from harness.assets import build_synthetic_dataset, build_tiny_model
 
         args.model = args.model or build_tiny_model(work / "tiny")
         args.dataset = args.dataset or build_synthetic_dataset(
             args.benchmark, args.model, work / "data.json", args.samples, seed=3
         )
-    prompts = load_dataset(args.dataset, get_benchmark(args.benchmark)).prompts
+    if not args.random_prompts:
+        prompts = load_dataset(args.dataset, get_benchmark(args.benchmark)).prompts
 
     bench = Bench(args, prompts)
     print(
@@ -270,7 +289,11 @@ def main() -> int:
         offline = bench.offline_tokens_per_s()
         print(f"  Offline on the same engine: {offline:,.1f} tokens/s", flush=True)
         ours = bench.capacity("ours", None, args.start_qps)
-        ref = bench.capacity("reference", 1, args.reference_start_qps)
+        ref = None
+        if not args.skip_reference:
+            if args.reference_min_queries:
+                args.min_queries = args.reference_min_queries
+            ref = bench.capacity("reference", 1, args.reference_start_qps)
     finally:
         bench.close()
 

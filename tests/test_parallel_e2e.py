@@ -1,0 +1,29 @@
+"""vLLM's own data parallelism behind one LoadGen SUT, on the CPU build: an Offline run with
+--data-parallel-size 2 goes through AsyncLLM (vllm.LLM refuses DP in one process), answers every
+sample and records the parallel sizes it ran with."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import SMOKE, cli
+
+pytestmark = pytest.mark.e2e
+
+
+def test_offline_data_parallel_2_is_valid_and_recorded(tiny_model, tiny_dataset, tmp_path):
+    out = tmp_path / "dp2"
+    proc = cli("run", "--benchmark", "llama3_1-8b", "--scenario", "Offline", "--mode", "both",
+               "--model", str(tiny_model), "--dataset", str(tiny_dataset), "--output", str(out),
+               "--user-conf", str(SMOKE / "offline.conf"), "--no-mlflow", "--no-progress",
+               "--no-evaluate", "--data-parallel-size", "2", "--max-tokens", "16")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    result = json.loads((out / "result.json").read_text())
+    assert result["engine_args"]["data_parallel_size"] == 2
+    assert result["performance"]["validity"] == "VALID"
+    stats = result["sut_stats"]
+    assert stats["completed"] == stats["issued"] > 0 and stats["failed_samples"] == 0
+    entries = json.loads((out / "accuracy" / "mlperf_log_accuracy.json").read_text())
+    assert sorted(e["qsl_idx"] for e in entries) == list(range(result["dataset_size"]))
