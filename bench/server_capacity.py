@@ -83,17 +83,6 @@ def _offline_settings(lg, n_samples: int) -> object:
     return s
 
 
-def _log_settings(lg, outdir: Path):
-    outdir.mkdir(parents=True, exist_ok=True)
-    out = lg.LogOutputSettings()
-    out.outdir = str(outdir)
-    out.copy_summary_to_stdout = False
-    log = lg.LogSettings()
-    log.log_output = out
-    log.enable_trace = False
-    return log
-
-
 def _detail(outdir: Path) -> dict:
     from harness.logs import DETAIL_LOG, parse_detail_log
 
@@ -135,6 +124,8 @@ class Bench:
         self.trials: list[Trial] = []
 
     def _start(self, settings, name: str) -> tuple[Path, float]:
+        from harness.settings import build_log_settings
+
         self.n += 1
         outdir = self.out / f"{self.n:02d}-{name}"
         self.sut.stats = self.stats_type()
@@ -143,7 +134,7 @@ class Bench:
             self.sut.handle,
             self.qsl.handle,
             settings,
-            _log_settings(self.lg, outdir),
+            build_log_settings(outdir),
             str(self.out / ".no-audit.config"),
         )
         if self.sut.error is not None:
@@ -236,16 +227,33 @@ def main() -> int:
     p.add_argument("--tpot-ms", type=float, default=100.0)
     p.add_argument("--duration-s", type=float, default=8.0, help="min_duration of each trial")
     p.add_argument("--min-queries", type=int, default=100, help="min_query_count of each trial")
-    p.add_argument("--max-num-seqs", type=int, default=None,
-                   help="default: the engine's (64 on a machine without a GPU)")
-    p.add_argument("--engine-arg", action="append", default=[], metavar="KEY=VALUE",
-                   help="any vLLM engine argument, e.g. load_format=dummy (repeatable)")
-    p.add_argument("--random-prompts", type=int, metavar="MEAN_LEN",
-                   help="random token-id prompts of this mean length instead of a dataset "
-                        "(weights-free GPU runs; --samples of them)")
-    p.add_argument("--reference-min-queries", type=int, default=None,
-                   help="min_query_count of the reference pattern's trials (it serves ~1 query "
-                        "per output-length of time, so 100 queries can take minutes on a GPU)")
+    p.add_argument(
+        "--max-num-seqs",
+        type=int,
+        default=None,
+        help="default: the engine's (64 on a machine without a GPU)",
+    )
+    p.add_argument(
+        "--engine-arg",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="any vLLM engine argument, e.g. load_format=dummy (repeatable)",
+    )
+    p.add_argument(
+        "--random-prompts",
+        type=int,
+        metavar="MEAN_LEN",
+        help="random token-id prompts of this mean length instead of a dataset "
+        "(weights-free GPU runs; --samples of them)",
+    )
+    p.add_argument(
+        "--reference-min-queries",
+        type=int,
+        default=None,
+        help="min_query_count of the reference pattern's trials (it serves ~1 query "
+        "per output-length of time, so 100 queries can take minutes on a GPU)",
+    )
     p.add_argument("--skip-reference", action="store_true")
     p.add_argument("--dtype", default=None)
     p.add_argument("--start-qps", type=float, default=2.0)

@@ -7,7 +7,7 @@ Numbers are those of LoadGen 6.0.x's mlperf.conf and the MLCommons reference imp
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 SCENARIOS = ("Offline", "Server", "Interactive", "SingleStream")
@@ -92,102 +92,82 @@ _70B_SAMPLING = SamplingConfig(max_tokens=1024)
 _405B_SAMPLING = SamplingConfig(max_tokens=2000)
 
 
+def _interactive(base: Benchmark, limits: LatencyLimits) -> Benchmark:
+    """The `<model>-interactive` LoadGen model: the same task under tighter latency limits."""
+    name = f"{base.name}-interactive"
+    return replace(
+        base,
+        name=name,
+        loadgen_model=name,
+        scenarios=("Interactive", "Server"),
+        server_limits=limits,
+    )
+
+
 def _presets() -> dict[str, Benchmark]:
-    b = [
-        Benchmark(
-            name="llama3_1-8b",
-            loadgen_model="llama3_1-8b",
-            model_id="meta-llama/Llama-3.1-8B-Instruct",
-            dataset_description="CNN/DailyMail validation, cnn_eval.json",
-            schema=_CNN,
-            total_sample_count=13368,
-            performance_sample_count=13368,
-            sampling=_8B_SAMPLING,
-            scenarios=("Offline", "Server", "Interactive"),
-            server_limits=LatencyLimits(2000, 100),
-            accuracy_preset="llama3_1-8b",
-        ),
-        Benchmark(
-            name="llama3_1-8b-interactive",
-            loadgen_model="llama3_1-8b-interactive",
-            model_id="meta-llama/Llama-3.1-8B-Instruct",
-            dataset_description="CNN/DailyMail validation, cnn_eval.json",
-            schema=_CNN,
-            total_sample_count=13368,
-            performance_sample_count=13368,
-            sampling=_8B_SAMPLING,
-            scenarios=("Interactive", "Server"),
-            server_limits=LatencyLimits(500, 30),
-            accuracy_preset="llama3_1-8b",
-        ),
-        Benchmark(
-            name="llama3_1-8b-edge",
-            loadgen_model="llama3_1-8b-edge",
-            model_id="meta-llama/Llama-3.1-8B-Instruct",
-            dataset_description="CNN/DailyMail 5000-sample subset, sample_cnn_eval_5000.json",
-            schema=_CNN,
-            total_sample_count=5000,
-            performance_sample_count=5000,
-            sampling=_8B_SAMPLING,
-            scenarios=("Offline", "SingleStream"),
-            accuracy_preset="llama3_1-8b-edge",
-        ),
-        Benchmark(
-            name="llama2-70b",
-            loadgen_model="llama2-70b",
-            model_id="meta-llama/Llama-2-70b-chat-hf",
-            dataset_description="OpenOrca 24576-sample pickle, open_orca_gpt4_tokenized_llama.sampled_24576.pkl",
-            schema=_ORCA,
-            total_sample_count=24576,
-            performance_sample_count=24576,
-            sampling=_70B_SAMPLING,
-            scenarios=("Offline", "Server", "Interactive"),
-            server_limits=LatencyLimits(2000, 200),
-            accuracy_preset="llama2-70b",
-            accuracy_levels=("99", "99.9"),
-        ),
-        Benchmark(
-            name="llama2-70b-interactive",
-            loadgen_model="llama2-70b-interactive",
-            model_id="meta-llama/Llama-2-70b-chat-hf",
-            dataset_description="OpenOrca 24576-sample pickle",
-            schema=_ORCA,
-            total_sample_count=24576,
-            performance_sample_count=24576,
-            sampling=_70B_SAMPLING,
-            scenarios=("Interactive", "Server"),
-            server_limits=LatencyLimits(450, 40),
-            accuracy_preset="llama2-70b",
-            accuracy_levels=("99", "99.9"),
-        ),
-        Benchmark(
-            name="llama3_1-405b",
-            loadgen_model="llama3_1-405b",
-            model_id="meta-llama/Llama-3.1-405B-Instruct",
-            dataset_description="mixed long-context set (8313 rows), mlperf_llama3.1_405b_dataset_8313_processed.pkl",
-            schema=_MIX,
-            total_sample_count=8313,
-            performance_sample_count=8313,
-            sampling=_405B_SAMPLING,
-            scenarios=("Offline", "Server", "Interactive"),
-            server_limits=LatencyLimits(6000, 175),
-            accuracy_preset="llama3_1-405b",
-        ),
-        Benchmark(
-            name="llama3_1-405b-interactive",
-            loadgen_model="llama3_1-405b-interactive",
-            model_id="meta-llama/Llama-3.1-405B-Instruct",
-            dataset_description="mixed long-context set (8313 rows)",
-            schema=_MIX,
-            total_sample_count=8313,
-            performance_sample_count=8313,
-            sampling=_405B_SAMPLING,
-            scenarios=("Interactive", "Server"),
-            server_limits=LatencyLimits(4500, 80),
-            accuracy_preset="llama3_1-405b",
-        ),
+    llama3_8b = Benchmark(
+        name="llama3_1-8b",
+        loadgen_model="llama3_1-8b",
+        model_id="meta-llama/Llama-3.1-8B-Instruct",
+        dataset_description="CNN/DailyMail validation, cnn_eval.json",
+        schema=_CNN,
+        total_sample_count=13368,
+        performance_sample_count=13368,
+        sampling=_8B_SAMPLING,
+        scenarios=("Offline", "Server", "Interactive"),
+        server_limits=LatencyLimits(2000, 100),
+        accuracy_preset="llama3_1-8b",
+    )
+    edge = replace(
+        llama3_8b,
+        name="llama3_1-8b-edge",
+        loadgen_model="llama3_1-8b-edge",
+        dataset_description="CNN/DailyMail 5000-sample subset, sample_cnn_eval_5000.json",
+        total_sample_count=5000,
+        performance_sample_count=5000,
+        scenarios=("Offline", "SingleStream"),
+        server_limits=None,
+        accuracy_preset="llama3_1-8b-edge",
+    )
+    llama2_70b = Benchmark(
+        name="llama2-70b",
+        loadgen_model="llama2-70b",
+        model_id="meta-llama/Llama-2-70b-chat-hf",
+        dataset_description="OpenOrca 24576-sample pickle, "
+        "open_orca_gpt4_tokenized_llama.sampled_24576.pkl",
+        schema=_ORCA,
+        total_sample_count=24576,
+        performance_sample_count=24576,
+        sampling=_70B_SAMPLING,
+        scenarios=("Offline", "Server", "Interactive"),
+        server_limits=LatencyLimits(2000, 200),
+        accuracy_preset="llama2-70b",
+        accuracy_levels=("99", "99.9"),
+    )
+    llama3_405b = Benchmark(
+        name="llama3_1-405b",
+        loadgen_model="llama3_1-405b",
+        model_id="meta-llama/Llama-3.1-405B-Instruct",
+        dataset_description="mixed long-context set (8313 rows), "
+        "mlperf_llama3.1_405b_dataset_8313_processed.pkl",
+        schema=_MIX,
+        total_sample_count=8313,
+        performance_sample_count=8313,
+        sampling=_405B_SAMPLING,
+        scenarios=("Offline", "Server", "Interactive"),
+        server_limits=LatencyLimits(6000, 175),
+        accuracy_preset="llama3_1-405b",
+    )
+    presets = [
+        llama3_8b,
+        _interactive(llama3_8b, LatencyLimits(500, 30)),
+        edge,
+        llama2_70b,
+        _interactive(llama2_70b, LatencyLimits(450, 40)),
+        llama3_405b,
+        _interactive(llama3_405b, LatencyLimits(4500, 80)),
     ]
-    return {x.name: x for x in b}
+    return {x.name: x for x in presets}
 
 
 BENCHMARKS: MappingProxyType[str, Benchmark] = MappingProxyType(_presets())
@@ -202,9 +182,7 @@ def get_benchmark(name: str) -> Benchmark:
         return BENCHMARKS[name]
     except KeyError:
         known = ", ".join(BENCHMARKS)
-        raise UnknownBenchmarkError(
-            f"unknown benchmark {name!r}: choose one of {known}"
-        ) from None
+        raise UnknownBenchmarkError(f"unknown benchmark {name!r}: choose one of {known}") from None
 
 
 def resolve(name: str, scenario: str) -> tuple[Benchmark, str]:
