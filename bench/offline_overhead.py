@@ -27,17 +27,24 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--model", type=Path, help="checkpoint folder (default: build the tiny model)")
     p.add_argument("--dataset", type=Path, help="dataset with tok_input (default: synthetic)")
     p.add_argument("--samples", type=int, default=1000)
-    p.add_argument("--random-prompts", type=int, metavar="MEAN_LEN",
-                   help="random token-id prompts of this mean length (weights-free GPU runs with "
-                        "a dummy config: CNN/DailyMail mean ~870)")
+    p.add_argument(
+        "--random-prompts",
+        type=int,
+        metavar="MEAN_LEN",
+        help="random token-id prompts of this mean length (weights-free GPU runs with "
+        "a dummy config: CNN/DailyMail mean ~870)",
+    )
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--batch", type=int, default=16, help="reference pattern's batch size")
     p.add_argument("--max-tokens", type=int, default=128)
     p.add_argument("--ignore-eos", action="store_true", help="fixed-length outputs")
     p.add_argument("--engine-arg", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--skip-reference", action="store_true")
-    p.add_argument("--reference-once", action="store_true",
-                   help="time the reference pattern in the first repeat only (it is the slow one)")
+    p.add_argument(
+        "--reference-once",
+        action="store_true",
+        help="time the reference pattern in the first repeat only (it is the slow one)",
+    )
     p.add_argument("--json", type=Path, help="also write the measurements here")
     return p.parse_args()
 
@@ -62,7 +69,8 @@ def load_prompts(args: argparse.Namespace, workdir: Path) -> tuple[Path, list[li
         return args.model, random_prompts(args.model, args.samples, args.random_prompts)
     model = args.model or build_tiny_model(workdir / "tiny-llama")
     dataset = args.dataset or build_synthetic_dataset(
-        "llama3_1-8b", model, workdir / "bench.json", samples=args.samples, seed=7)
+        "llama3_1-8b", model, workdir / "bench.json", samples=args.samples, seed=7
+    )
     frame = pd.read_json(dataset) if str(dataset).endswith(".json") else pd.read_parquet(dataset)
     prompts = [list(map(int, p)) for p in frame["tok_input"].tolist()[: args.samples]]
     return model, prompts
@@ -91,8 +99,12 @@ def main() -> None:
 
     from harness.runner import shutdown_llm
     from harness.settings import build_log_settings
-    from sut.engine import create_llm, make_engine_config, make_sampling_params, \
-        parse_engine_arg_pairs
+    from sut.engine import (
+        create_llm,
+        make_engine_config,
+        make_sampling_params,
+        parse_engine_arg_pairs,
+    )
     from sut.offline import OfflineSUT
     from sut.qsl import TokenQSL
 
@@ -106,8 +118,11 @@ def main() -> None:
 
     t = time.perf_counter()
     llm = create_llm(config)
-    print(f"engine start {time.perf_counter() - t:.1f} s; {n} prompts, mean input "
-          f"{statistics.mean(map(len, prompts)):.0f} tokens", flush=True)
+    print(
+        f"engine start {time.perf_counter() - t:.1f} s; {n} prompts, mean input "
+        f"{statistics.mean(map(len, prompts)):.0f} tokens",
+        flush=True,
+    )
 
     def out_tokens(outputs) -> int:
         return sum(len(o.outputs[0].token_ids) for o in outputs)
@@ -120,8 +135,9 @@ def main() -> None:
     def reference() -> tuple[float, int]:
         t0, total = time.perf_counter(), 0
         for i in range(0, n, args.batch):
-            total += out_tokens(llm.generate(token_prompts[i:i + args.batch], params,
-                                             use_tqdm=False))
+            total += out_tokens(
+                llm.generate(token_prompts[i : i + args.batch], params, use_tqdm=False)
+            )
         return time.perf_counter() - t0, total
 
     qsl = TokenQSL(prompts, n)
@@ -131,8 +147,9 @@ def main() -> None:
         sut = OfflineSUT(llm, prompts, params, progress=False)
         log = build_log_settings(work / "loadgen")
         t0 = time.perf_counter()
-        lg.StartTestWithLogSettings(sut.handle, qsl.handle, settings, log,
-                                    str(work / "no-audit.config"))
+        lg.StartTestWithLogSettings(
+            sut.handle, qsl.handle, settings, log, str(work / "no-audit.config")
+        )
         wall = time.perf_counter() - t0
         sut.stop()
         assert sut.stats.completed == n, (sut.stats.completed, n)
@@ -155,8 +172,11 @@ def main() -> None:
                 continue
             dt, tokens = sides[name]()
             rates[name].append(tokens / dt)
-            print(f"  repeat {r + 1} {name:9s} {tokens / dt:10,.0f} output tok/s "
-                  f"({tokens} tokens in {dt:.2f} s)", flush=True)
+            print(
+                f"  repeat {r + 1} {name:9s} {tokens / dt:10,.0f} output tok/s "
+                f"({tokens} tokens in {dt:.2f} s)",
+                flush=True,
+            )
         order = order[1:] + order[:1]  # alternate which side goes first
     shutdown_llm(llm)
     qsl.destroy()
@@ -170,9 +190,18 @@ def main() -> None:
     if "reference" in med:
         print(f"ours / reference (x16)  b/c = {med['sut'] / med['reference']:.2f}")
     if args.json:
-        args.json.write_text(json.dumps({"rates": rates, "median": med, "b_over_a": b_a,
-                                         "samples": n, "engine_args": config.describe()},
-                                        indent=2))
+        args.json.write_text(
+            json.dumps(
+                {
+                    "rates": rates,
+                    "median": med,
+                    "b_over_a": b_a,
+                    "samples": n,
+                    "engine_args": config.describe(),
+                },
+                indent=2,
+            )
+        )
 
 
 if __name__ == "__main__":

@@ -72,12 +72,12 @@ def _article(rng: random.Random, sentences: int) -> tuple[str, str]:
     body = [lead]
     for _ in range(max(0, sentences - 1)):
         body.append(
-            rng.choice(_FILLER).format(day=rng.choice(_DAYS), adj=rng.choice(_ADJ), who=who,
-                                       group=group, place=place)
+            rng.choice(_FILLER).format(
+                day=rng.choice(_DAYS), adj=rng.choice(_ADJ), who=who, group=group, place=place
+            )
         )
     summary = (
-        f"{who.capitalize()} {verb} {what} on {day}. "
-        f"The {adj} step affects {group} in {place}."
+        f"{who.capitalize()} {verb} {what} on {day}. The {adj} step affects {group} in {place}."
     )
     return " ".join(body), summary
 
@@ -108,8 +108,12 @@ def build_tokenizer(out_dir: Path, vocab_size: int = 2048, seed: int = 0):
     )
     tok.train_from_iterator(synthetic_corpus(seed=seed), trainer=trainer)
     fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, bos_token=BOS, eos_token=EOS, pad_token=PAD,
-        model_max_length=2048, clean_up_tokenization_spaces=False,
+        tokenizer_object=tok,
+        bos_token=BOS,
+        eos_token=EOS,
+        pad_token=PAD,
+        model_max_length=2048,
+        clean_up_tokenization_spaces=False,
     )
     fast.save_pretrained(out_dir)
     return fast
@@ -137,9 +141,8 @@ def build_tiny_model(out_dir: str | Path, spec: TinyModelSpec | None = None) -> 
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
         tie_word_embeddings=False,
-        torch_dtype="bfloat16",
     )
-    model = LlamaForCausalLM(config).to(torch.bfloat16)
+    model = LlamaForCausalLM(config).to(torch.bfloat16)  # type: ignore[arg-type]
     model.save_pretrained(out, safe_serialization=True)
     (out / "tiny_model_spec.json").write_text(json.dumps(asdict(spec), indent=2) + "\n")
     return out

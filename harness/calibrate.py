@@ -53,7 +53,9 @@ class CalibrateRequest:
     trial_s: float = 30.0  # Server: min_duration of one trial
     trial_queries: int = 200  # Server: min_query_count of one trial
     backoff: float = 0.05  # Server: written QPS = highest passing x (1 - backoff)
-    run_args: tuple[str, ...] = ()  # passed to each `mlperf-vllm run` (engine flags, --max-tokens...)
+    run_args: tuple[
+        str, ...
+    ] = ()  # passed to each `mlperf-vllm run` (engine flags, --max-tokens...)
 
 
 @dataclass(frozen=True)
@@ -82,17 +84,37 @@ def conf_key_lines(text: str, keys: Sequence[str]) -> str:
 
 def _run_once(req: CalibrateRequest, scenario: str, conf: Path, out: Path) -> dict[str, Any]:
     """One `mlperf-vllm run --mode performance` in its own process; its result.json."""
-    cmd = [sys.executable, "-m", "harness.cli", "run", "--benchmark", req.benchmark,
-           "--scenario", scenario, "--mode", "performance", "--model", str(req.model),
-           "--dataset", str(req.dataset), "--output", str(out), "--user-conf", str(conf),
-           "--no-mlflow", "--no-progress", *req.run_args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "harness.cli",
+        "run",
+        "--benchmark",
+        req.benchmark,
+        "--scenario",
+        scenario,
+        "--mode",
+        "performance",
+        "--model",
+        str(req.model),
+        "--dataset",
+        str(req.dataset),
+        "--output",
+        str(out),
+        "--user-conf",
+        str(conf),
+        "--no-mlflow",
+        "--no-progress",
+        *req.run_args,
+    ]
     print(f"calibrate: {' '.join(cmd[2:])}", flush=True)
     proc = subprocess.run(cmd, capture_output=True, text=True)
     result_path = out / "result.json"
     if proc.returncode != 0 or not result_path.exists():
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
-        raise UsageError(f"the calibration run failed (exit {proc.returncode}): {tail[0]} "
-                         f"(logs in {out})")
+        raise UsageError(
+            f"the calibration run failed (exit {proc.returncode}): {tail[0]} (logs in {out})"
+        )
     result = json.loads(result_path.read_text())
     if not result.get("performance"):
         raise UsageError(f"the calibration run in {out} has no performance result")
@@ -102,21 +124,27 @@ def _run_once(req: CalibrateRequest, scenario: str, conf: Path, out: Path) -> di
 def _dataset_size(req: CalibrateRequest, bench: Benchmark) -> int:
     from harness.datasets import load_dataset
 
-    return load_dataset(req.dataset, bench, allow_pickle="--allow-pickle" in req.run_args,
-                        need_targets=False).size
+    return load_dataset(
+        req.dataset, bench, allow_pickle="--allow-pickle" in req.run_args, need_targets=False
+    ).size
 
 
-def _demo_lines(bench: Benchmark, lg_model: str, lg_scenario: str, req: CalibrateRequest,
-                dataset_size: int) -> list[str]:
+def _demo_lines(
+    bench: Benchmark, lg_model: str, lg_scenario: str, req: CalibrateRequest, dataset_size: int
+) -> list[str]:
     """Lines for a demo-sized run (short min_duration, small dataset): never compliant."""
     lines = []
     if req.min_duration_s < SUBMISSION_MIN_DURATION_S:
-        lines += ["# NOT COMPLIANT: --min-duration-s below 600 (a demo / CPU calibration)",
-                  f"{lg_model}.{lg_scenario}.min_duration = {int(req.min_duration_s * 1000)}"]
+        lines += [
+            "# NOT COMPLIANT: --min-duration-s below 600 (a demo / CPU calibration)",
+            f"{lg_model}.{lg_scenario}.min_duration = {int(req.min_duration_s * 1000)}",
+        ]
     if lg_scenario == "Offline" and dataset_size < bench.total_sample_count:
-        lines += [f"# NOT COMPLIANT: the dataset has {dataset_size} of "
-                  f"{bench.total_sample_count} samples",
-                  f"{lg_model}.Offline.min_query_count = {dataset_size}"]
+        lines += [
+            f"# NOT COMPLIANT: the dataset has {dataset_size} of "
+            f"{bench.total_sample_count} samples",
+            f"{lg_model}.Offline.min_query_count = {dataset_size}",
+        ]
     return lines
 
 
@@ -126,8 +154,10 @@ def calibrate(req: CalibrateRequest) -> Path:
     except (KeyError, ValueError) as exc:
         raise UsageError(str(exc).strip("'\"")) from None
     if req.user_conf is not None and not req.user_conf.is_file():
-        raise UsageError(f"user.conf {req.user_conf} does not exist: pass --user-conf with the "
-                         f"base conf, e.g. user_confs/{req.benchmark}/{req.scenario.lower()}.conf")
+        raise UsageError(
+            f"user.conf {req.user_conf} does not exist: pass --user-conf with the "
+            f"base conf, e.g. user_confs/{req.benchmark}/{req.scenario.lower()}.conf"
+        )
     if not req.model.exists():
         raise UsageError(f"model {req.model} does not exist: pass --model with a local checkpoint")
     if req.measure_samples < 1:
@@ -153,15 +183,17 @@ def calibrate(req: CalibrateRequest) -> Path:
     return conf
 
 
-def _calibrate_offline(req: CalibrateRequest, bench: Benchmark, lg_model: str, size: int
-                       ) -> list[str]:
+def _calibrate_offline(
+    req: CalibrateRequest, bench: Benchmark, lg_model: str, size: int
+) -> list[str]:
     n = req.measure_samples
     conf = req.output / "measure-offline.conf"
     conf.write_text(
         "# calibrate: one short Offline measurement (not a benchmark run)\n"
         f"{lg_model}.Offline.min_duration = 0\n"
         f"{lg_model}.Offline.min_query_count = {n}\n"
-        f"{lg_model}.Offline.target_qps = 1\n")
+        f"{lg_model}.Offline.target_qps = 1\n"
+    )
     result = _run_once(req, "Offline", conf, req.output / "measure-offline")
     perf = result["performance"]
     sps = perf.get("samples_per_second")
@@ -170,8 +202,11 @@ def _calibrate_offline(req: CalibrateRequest, bench: Benchmark, lg_model: str, s
     tps = perf.get("tokens_per_second")
     took = perf.get("duration_s") or 0.0
     if took < 10:
-        print(f"calibrate: warning: the measurement took {took:.1f} s; under ~10 s it may "
-              "underestimate the real run's rate: raise --measure-samples", flush=True)
+        print(
+            f"calibrate: warning: the measurement took {took:.1f} s; under ~10 s it may "
+            "underestimate the real run's rate: raise --measure-samples",
+            flush=True,
+        )
     qps = math.ceil(sps * req.margin * 1000) / 1000
     dur = req.min_duration_s
     mqc = size if size < bench.total_sample_count else bench.total_sample_count
@@ -193,8 +228,9 @@ def latency_ok(perf: dict[str, Any], ttft_ms: float, tpot_ms: float) -> bool:
     return ttft is not None and tpot is not None and ttft <= ttft_ms and tpot <= tpot_ms
 
 
-def search_qps(measure: Callable[[float], bool], start: float, trials: int,
-               decimals: int = 3) -> tuple[float | None, list[tuple[float, bool]]]:
+def search_qps(
+    measure: Callable[[float], bool], start: float, trials: int, decimals: int = 3
+) -> tuple[float | None, list[tuple[float, bool]]]:
     """Highest passing QPS: double (or halve) from `start` until the outcome flips, then bisect.
 
     `measure(qps)` runs one trial; the search spends at most `trials` of them.
@@ -219,13 +255,14 @@ def search_qps(measure: Callable[[float], bool], start: float, trials: int,
             q = lo * 2
         else:
             q = q / 2
-            if q < 10 ** -decimals:
+            if q < 10**-decimals:
                 break
     return lo, history
 
 
-def _calibrate_server(req: CalibrateRequest, bench: Benchmark, lg_model: str, size: int
-                      ) -> list[str]:
+def _calibrate_server(
+    req: CalibrateRequest, bench: Benchmark, lg_model: str, size: int
+) -> list[str]:
     limits = bench.server_limits
     if limits is None:
         raise UsageError(f"{bench.name} has no Server latency limits")
@@ -238,14 +275,27 @@ def _calibrate_server(req: CalibrateRequest, bench: Benchmark, lg_model: str, si
             f"# calibrate: one short Server trial at {qps:g} QPS (not a benchmark run)\n"
             f"{lg_model}.Server.target_qps = {qps:g}\n"
             f"{lg_model}.Server.min_duration = {int(req.trial_s * 1000)}\n"
-            f"{lg_model}.Server.min_query_count = {req.trial_queries}\n")
+            f"{lg_model}.Server.min_query_count = {req.trial_queries}\n"
+        )
         out = req.output / f"trial-{tag}"
         perf = _run_once(req, req.scenario, conf, out)["performance"]
         ok = latency_ok(perf, limits.ttft_ms, limits.tpot_ms)
-        trials.append(Trial(qps, ok, perf.get("ttft_p99_ms"), perf.get("tpot_p99_ms"),
-                            perf.get("samples_per_second"), str(perf.get("validity")), out))
-        print(f"calibrate: {qps:g} QPS -> TTFT p99 {perf.get('ttft_p99_ms')} ms, TPOT p99 "
-              f"{perf.get('tpot_p99_ms')} ms: {'within' if ok else 'over'} the limits", flush=True)
+        trials.append(
+            Trial(
+                qps,
+                ok,
+                perf.get("ttft_p99_ms"),
+                perf.get("tpot_p99_ms"),
+                perf.get("samples_per_second"),
+                str(perf.get("validity")),
+                out,
+            )
+        )
+        print(
+            f"calibrate: {qps:g} QPS -> TTFT p99 {perf.get('ttft_p99_ms')} ms, TPOT p99 "
+            f"{perf.get('tpot_p99_ms')} ms: {'within' if ok else 'over'} the limits",
+            flush=True,
+        )
         return ok
 
     best, _ = search_qps(measure, req.start_qps, req.trials)
@@ -253,21 +303,27 @@ def _calibrate_server(req: CalibrateRequest, bench: Benchmark, lg_model: str, si
         raise UsageError(
             f"no trial QPS met p99 TTFT {limits.ttft_ms:g} ms / TPOT {limits.tpot_ms:g} ms "
             f"(lowest tried {min(t.qps for t in trials):g}): pass a lower --start-qps or more "
-            "--trials, or a faster engine configuration")
+            "--trials, or a faster engine configuration"
+        )
     qps = math.floor(best * (1 - req.backoff) * 1000) / 1000
-    lines = [f"# --- mlperf-vllm calibrate, {time.strftime('%Y-%m-%d %H:%M')} ---",
-             f"# searched target_qps for p99 TTFT <= {limits.ttft_ms:g} ms and TPOT <= "
-             f"{limits.tpot_ms:g} ms ({lg_model}), {len(trials)} trials of "
-             f">= {req.trial_s:g} s / {req.trial_queries} queries:"]
+    lines = [
+        f"# --- mlperf-vllm calibrate, {time.strftime('%Y-%m-%d %H:%M')} ---",
+        f"# searched target_qps for p99 TTFT <= {limits.ttft_ms:g} ms and TPOT <= "
+        f"{limits.tpot_ms:g} ms ({lg_model}), {len(trials)} trials of "
+        f">= {req.trial_s:g} s / {req.trial_queries} queries:",
+    ]
     for t in trials:
-        lines.append(f"#   {t.qps:>10g} QPS: TTFT p99 {_ms(t.ttft_p99_ms)}, TPOT p99 "
-                     f"{_ms(t.tpot_p99_ms)} -> {'pass' if t.passed else 'FAIL'}")
-    lines += [f"# highest passing {best:g} QPS x (1 - backoff {req.backoff:g}) = {qps:g}; short "
-              "trials cannot certify a p99 (early stopping): check the 600 s run's verdict",
-              f"{lg_model}.Server.target_qps = {qps:g}"]
+        lines.append(
+            f"#   {t.qps:>10g} QPS: TTFT p99 {_ms(t.ttft_p99_ms)}, TPOT p99 "
+            f"{_ms(t.tpot_p99_ms)} -> {'pass' if t.passed else 'FAIL'}"
+        )
+    lines += [
+        f"# highest passing {best:g} QPS x (1 - backoff {req.backoff:g}) = {qps:g}; short "
+        "trials cannot certify a p99 (early stopping): check the 600 s run's verdict",
+        f"{lg_model}.Server.target_qps = {qps:g}",
+    ]
     return lines + _demo_lines(bench, lg_model, "Server", req, size)
 
 
 def _ms(v: float | None) -> str:
     return "n/a" if v is None else f"{v:,.1f} ms"
-

@@ -20,42 +20,66 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 def _add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--benchmark", required=True, help="preset, e.g. llama3_1-8b, llama2-70b")
-    p.add_argument("--scenario", required=True,
-                   choices=["Offline", "Server", "Interactive", "SingleStream"])
+    p.add_argument(
+        "--scenario", required=True, choices=["Offline", "Server", "Interactive", "SingleStream"]
+    )
     p.add_argument("--mode", default="performance", choices=["performance", "accuracy", "both"])
     p.add_argument("--model", required=True, type=Path, help="local checkpoint folder")
-    p.add_argument("--dataset", required=True, type=Path,
-                   help="preprocessed dataset (.json, .jsonl, .parquet, .pkl with --allow-pickle)")
+    p.add_argument(
+        "--dataset",
+        required=True,
+        type=Path,
+        help="preprocessed dataset (.json, .jsonl, .parquet, .pkl with --allow-pickle)",
+    )
     p.add_argument("--output", required=True, type=Path, help="folder for logs and results")
     p.add_argument("--user-conf", type=Path, help="LoadGen user.conf (see user_confs/)")
     p.add_argument("--audit-config", type=Path, help="compliance audit.config (e.g. TEST06)")
-    p.add_argument("--engine-arg", action="append", default=[], metavar="KEY=VALUE",
-                   help="any vLLM engine argument, typed by vLLM (repeatable)")
+    p.add_argument(
+        "--engine-arg",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="any vLLM engine argument, typed by vLLM (repeatable)",
+    )
     p.add_argument("--tensor-parallel-size", type=int)
     p.add_argument("--pipeline-parallel-size", type=int)
     p.add_argument("--data-parallel-size", type=int)
     p.add_argument("--max-tokens", type=int, help="override the benchmark's output cap")
-    p.add_argument("--ignore-eos", action="store_true",
-                   help="fixed-length outputs, for weights-free throughput runs only")
-    p.add_argument("--allow-pickle", action="store_true",
-                   help="allow loading .pkl datasets (unpickling runs code from the file)")
+    p.add_argument(
+        "--ignore-eos",
+        action="store_true",
+        help="fixed-length outputs, for weights-free throughput runs only",
+    )
+    p.add_argument(
+        "--allow-pickle",
+        action="store_true",
+        help="allow loading .pkl datasets (unpickling runs code from the file)",
+    )
     p.add_argument("--accuracy-level", default="99", choices=["99", "99.9"])
     p.add_argument("--nltk-data", type=Path, help="folder holding NLTK's punkt_tab")
     p.add_argument("--no-evaluate", action="store_true", help="keep the accuracy log unscored")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--strict", action="store_true", help="exit 3 when INVALID or accuracy FAIL")
-    p.add_argument("--submission", action="store_true",
-                   help="refuse (exit 2) a run whose settings cannot give a valid submission "
-                        "result; without it they are reported in one warning line")
+    p.add_argument(
+        "--submission",
+        action="store_true",
+        help="refuse (exit 2) a run whose settings cannot give a valid submission "
+        "result; without it they are reported in one warning line",
+    )
     _add_mlflow_arguments(p)
 
 
 def _add_mlflow_arguments(p: argparse.ArgumentParser, experiment: str | None = None) -> None:
-    p.add_argument("--mlflow-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, "
-                                        "else sqlite:///mlflow.db in the working directory)")
-    p.add_argument("--experiment", default=experiment,
-                   help="MLflow experiment name (default: $MLFLOW_EXPERIMENT_NAME, "
-                        "else mlperf-vllm)")
+    p.add_argument(
+        "--mlflow-uri",
+        help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, "
+        "else sqlite:///mlflow.db in the working directory)",
+    )
+    p.add_argument(
+        "--experiment",
+        default=experiment,
+        help="MLflow experiment name (default: $MLFLOW_EXPERIMENT_NAME, else mlperf-vllm)",
+    )
     p.add_argument("--no-mlflow", action="store_true", help="do not log to MLflow")
 
 
@@ -73,18 +97,18 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--samples", type=int, default=96)
     _add_mlflow_arguments(demo, experiment="mlperf-vllm-demo")
 
-    run = sub.add_parser("run", help="one LoadGen run (performance, accuracy or both)",
-                         description="Unrecognised --flags are parsed as vLLM engine flags "
-                                     "(the ones `vllm serve` takes), e.g. --max-num-seqs 256.")
+    run = sub.add_parser(
+        "run",
+        help="one LoadGen run (performance, accuracy or both)",
+        description="Unrecognised --flags are parsed as vLLM engine flags "
+        "(the ones `vllm serve` takes), e.g. --max-num-seqs 256.",
+    )
     _add_run_arguments(run)
 
     ev = sub.add_parser("evaluate", help="score an accuracy log against the MLPerf targets")
-    try:
-        from evaluation.cli import add_evaluate_arguments
-    except ImportError:  # evaluation not installed: keep the rest of the CLI usable
-        add_evaluate_arguments = None
-    if add_evaluate_arguments is not None:
-        add_evaluate_arguments(ev)
+    from evaluation.cli import add_evaluate_arguments
+
+    add_evaluate_arguments(ev)
     ev.add_argument("--allow-pickle", action="store_true")
     _add_mlflow_arguments(ev)
 
@@ -96,17 +120,34 @@ def build_parser() -> argparse.ArgumentParser:
     comp = sub.add_parser("compliance", help="apply a compliance test's checks to a run's logs")
     comp_sub = comp.add_subparsers(dest="test", required=True)
     t06 = comp_sub.add_parser("test06", help="TEST06: first token, EOS and length consistency")
-    t06.add_argument("--log-dir", required=True, type=Path,
-                     help="folder with the TEST06 run's mlperf_log_accuracy.json")
-    t06.add_argument("--model", "--tokenizer", dest="model", type=Path,
-                     help="checkpoint whose EOS id(s) to use (default: the run's --model)")
-    t06.add_argument("--eos-token-id", type=int, action="append",
-                     help="EOS id instead of the model's (repeatable)")
-    t06.add_argument("--scenario", choices=["Offline", "Server", "Interactive", "SingleStream"],
-                     help="default: from the LoadGen detail log")
+    t06.add_argument(
+        "--log-dir",
+        required=True,
+        type=Path,
+        help="folder with the TEST06 run's mlperf_log_accuracy.json",
+    )
+    t06.add_argument(
+        "--model",
+        "--tokenizer",
+        dest="model",
+        type=Path,
+        help="checkpoint whose EOS id(s) to use (default: the run's --model)",
+    )
+    t06.add_argument(
+        "--eos-token-id",
+        type=int,
+        action="append",
+        help="EOS id instead of the model's (repeatable)",
+    )
+    t06.add_argument(
+        "--scenario",
+        choices=["Offline", "Server", "Interactive", "SingleStream"],
+        help="default: from the LoadGen detail log",
+    )
     t06.add_argument("--dtype", default="int32", choices=["int32", "int64", "int16", "float32"])
-    t06.add_argument("--output", type=Path,
-                     help="write OUTPUT/TEST06/verify_accuracy.txt (default: the log dir)")
+    t06.add_argument(
+        "--output", type=Path, help="write OUTPUT/TEST06/verify_accuracy.txt (default: the log dir)"
+    )
     t06.add_argument("--strict", action="store_true", help="exit 3 when a check fails")
 
     _add_submission_commands(sub)
@@ -172,8 +213,9 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
     )
     cfg = tracking.resolve_tracking(args)
     tracking.check_reachable(cfg)  # before any engine starts
-    with tracking.tracked_run(cfg, tracking.run_name(req, args.output),
-                              output_dir=args.output) as trk:
+    with tracking.tracked_run(
+        cfg, tracking.run_name(req, args.output), output_dir=args.output
+    ) as trk:
         outcome = run(req)
         print(render_result(outcome.result), flush=True)
         print(f"results: {outcome.path}")
@@ -204,8 +246,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         bench = get_benchmark(args.benchmark)
     except KeyError as exc:
         raise UsageError(str(exc).strip("'\"")) from None
-    dataset = load_dataset(args.dataset, bench, allow_pickle=args.allow_pickle,
-                           need_targets=True)
+    dataset = load_dataset(args.dataset, bench, allow_pickle=args.allow_pickle, need_targets=True)
     cfg = tracking.resolve_tracking(args)
     tracking.check_reachable(cfg)
     with tracking.tracked_run(cfg, f"evaluate {args.benchmark}") as trk:
@@ -226,14 +267,24 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         print(ev.table())
         try:
             tracking.log_evaluation(
-                trk, benchmark=args.benchmark, accuracy_log=args.accuracy_log,
-                dataset=args.dataset, tokenizer=args.tokenizer, dtype=args.dtype,
-                accuracy_level=args.accuracy_level, output_dir=ev.paths.accuracy_json.parent,
-                metrics=ev.metrics, passed=ev.passed)
+                trk,
+                benchmark=args.benchmark,
+                accuracy_log=args.accuracy_log,
+                dataset=args.dataset,
+                tokenizer=args.tokenizer,
+                dtype=args.dtype,
+                accuracy_level=args.accuracy_level,
+                output_dir=ev.paths.accuracy_json.parent,
+                metrics=ev.metrics,
+                passed=ev.passed,
+            )
         except Exception as exc:  # the reports are on disk; say so and fail the command
             trk.logging_error = f"{type(exc).__name__}: {exc}"
-            print(f"error: MLflow logging to {cfg.uri} failed ({trk.logging_error}); "
-                  f"accuracy.json is in {ev.paths.accuracy_json.parent}", file=sys.stderr)
+            print(
+                f"error: MLflow logging to {cfg.uri} failed ({trk.logging_error}); "
+                f"accuracy.json is in {ev.paths.accuracy_json.parent}",
+                file=sys.stderr,
+            )
     if trk.logging_error:
         return EXIT_ERROR
     return _strict_code(args, {"accuracy": {"verdict": "PASS" if ev.verdict.passed else "FAIL"}})
@@ -246,9 +297,11 @@ def cmd_log_run(args: argparse.Namespace) -> int:
     if not cfg.enabled:
         raise UsageError("log-run logs to MLflow: drop --no-mlflow")
     run, logged = tracking.relog(cfg, args.dir, name=args.run_name)
-    print(f"logged {args.dir} as MLflow run {run.run_id} in experiment {cfg.experiment!r} "
-          f"at {cfg.uri}: {logged.params} params, {logged.metrics} metrics, "
-          f"{len(logged.artifacts)} files")
+    print(
+        f"logged {args.dir} as MLflow run {run.run_id} in experiment {cfg.experiment!r} "
+        f"at {cfg.uri}: {logged.params} params, {logged.metrics} metrics, "
+        f"{len(logged.artifacts)} files"
+    )
     return EXIT_OK
 
 
@@ -268,15 +321,22 @@ def cmd_make_dataset(args: argparse.Namespace) -> int:
         get_benchmark(args.benchmark)
     except KeyError as exc:
         raise UsageError(str(exc).strip("'\"")) from None
-    if not (args.tokenizer / "tokenizer.json").exists() and not (
-        args.tokenizer / "tokenizer_config.json"
-    ).exists():
+    if (
+        not (args.tokenizer / "tokenizer.json").exists()
+        and not (args.tokenizer / "tokenizer_config.json").exists()
+    ):
         raise UsageError(f"no tokenizer in {args.tokenizer}: pass --tokenizer with a model folder")
     if args.samples < 1:
         raise UsageError("--samples must be at least 1")
-    out = build_synthetic_dataset(args.benchmark, args.tokenizer, args.out, args.samples,
-                                  seed=args.seed, min_sentences=args.min_sentences,
-                                  max_sentences=args.max_sentences)
+    out = build_synthetic_dataset(
+        args.benchmark,
+        args.tokenizer,
+        args.out,
+        args.samples,
+        seed=args.seed,
+        min_sentences=args.min_sentences,
+        max_sentences=args.max_sentences,
+    )
     print(f"{args.samples} samples written to {out}")
     return EXIT_OK
 
@@ -284,67 +344,116 @@ def cmd_make_dataset(args: argparse.Namespace) -> int:
 def cmd_compliance(args: argparse.Namespace) -> int:
     from harness.compliance import run_test06
 
-    result, verify = run_test06(args.log_dir, model=args.model,
-                                eos_token_ids=args.eos_token_id, scenario=args.scenario,
-                                output=args.output, dtype=args.dtype)
+    result, verify = run_test06(
+        args.log_dir,
+        model=args.model,
+        eos_token_ids=args.eos_token_id,
+        scenario=args.scenario,
+        output=args.output,
+        dtype=args.dtype,
+    )
     print(result.text(), end="")
     for problem in result.problems:
         print(f"  {problem}")
-    print(f"{result.samples} samples checked, EOS id(s) {list(result.eos_token_ids)}; "
-          f"written: {verify}")
+    print(
+        f"{result.samples} samples checked, EOS id(s) {list(result.eos_token_ids)}; "
+        f"written: {verify}"
+    )
     return EXIT_STRICT if args.strict and not result.passed else EXIT_OK
 
 
 def _add_submission_commands(sub) -> None:
     cal = sub.add_parser(
-        "calibrate", help="measure this machine, write the target QPS into a user.conf",
+        "calibrate",
+        help="measure this machine, write the target QPS into a user.conf",
         description="Offline: a short measurement -> target_qps (offline_expected_qps) with a "
-                    "margin. Server/Interactive: short runs search the highest target_qps within "
-                    "the TTFT/TPOT limits. Unrecognised --flags go to each `run` (engine flags).")
+        "margin. Server/Interactive: short runs search the highest target_qps within "
+        "the TTFT/TPOT limits. Unrecognised --flags go to each `run` (engine flags).",
+    )
     cal.add_argument("--benchmark", required=True)
     cal.add_argument("--scenario", required=True, choices=["Offline", "Server", "Interactive"])
     cal.add_argument("--model", required=True, type=Path)
     cal.add_argument("--dataset", required=True, type=Path)
-    cal.add_argument("--output", required=True, type=Path,
-                     help="folder for the measurement runs and the written user.conf")
-    cal.add_argument("--user-conf", type=Path,
-                     help="base conf to extend (default: user_confs/<benchmark>/<scenario>.conf)")
-    cal.add_argument("--min-duration-s", type=float, default=600.0,
-                     help="min_duration of the run the conf is for (below 600: demo, marked "
-                          "NOT COMPLIANT in the conf)")
-    cal.add_argument("--margin", type=float, default=1.25,
-                     help="Offline: expected QPS = measured samples/s x margin")
-    cal.add_argument("--measure-samples", type=int, default=1000,
-                     help="Offline: samples in the measurement; enough to fill the batch many "
-                          "times (lower it for 405B: ~1 sample/s per GPU node)")
+    cal.add_argument(
+        "--output",
+        required=True,
+        type=Path,
+        help="folder for the measurement runs and the written user.conf",
+    )
+    cal.add_argument(
+        "--user-conf",
+        type=Path,
+        help="base conf to extend (default: user_confs/<benchmark>/<scenario>.conf)",
+    )
+    cal.add_argument(
+        "--min-duration-s",
+        type=float,
+        default=600.0,
+        help="min_duration of the run the conf is for (below 600: demo, marked "
+        "NOT COMPLIANT in the conf)",
+    )
+    cal.add_argument(
+        "--margin",
+        type=float,
+        default=1.25,
+        help="Offline: expected QPS = measured samples/s x margin",
+    )
+    cal.add_argument(
+        "--measure-samples",
+        type=int,
+        default=1000,
+        help="Offline: samples in the measurement; enough to fill the batch many "
+        "times (lower it for 405B: ~1 sample/s per GPU node)",
+    )
     cal.add_argument("--start-qps", type=float, default=1.0, help="Server: first trial QPS")
     cal.add_argument("--trials", type=int, default=6, help="Server: trial runs")
     cal.add_argument("--trial-s", type=float, default=30.0, help="Server: seconds per trial")
     cal.add_argument("--trial-queries", type=int, default=200, help="Server: queries per trial")
-    cal.add_argument("--backoff", type=float, default=0.05,
-                     help="Server: written QPS = highest passing x (1 - backoff)")
+    cal.add_argument(
+        "--backoff",
+        type=float,
+        default=0.05,
+        help="Server: written QPS = highest passing x (1 - backoff)",
+    )
 
     pkg = sub.add_parser("package", help="assemble the submission folder of one run")
     pkg.add_argument("--run", required=True, type=Path, help="an `mlperf-vllm run` --output")
-    pkg.add_argument("--test06", type=Path,
-                     help="TEST06 output (the folder given to `compliance test06 --output`)")
+    pkg.add_argument(
+        "--test06",
+        type=Path,
+        help="TEST06 output (the folder given to `compliance test06 --output`)",
+    )
     pkg.add_argument("--accuracy-run", type=Path, help="take accuracy/ from this run folder")
     pkg.add_argument("--system", required=True, help="system name (folder and systems/*.json)")
     pkg.add_argument("--submitter", required=True)
     pkg.add_argument("--division", default="closed", choices=["closed", "open", "network"])
     pkg.add_argument("--out", required=True, type=Path, help="submission root")
     pkg.add_argument("--accuracy-level", default="99", choices=["99", "99.9"])
-    pkg.add_argument("--system-field", action="append", default=[], metavar="KEY=VALUE",
-                     help="systems json field (repeatable), e.g. cooling=air")
-    pkg.add_argument("--measurement", action="append", default=[], metavar="KEY=VALUE",
-                     help="measurements.json field (repeatable)")
+    pkg.add_argument(
+        "--system-field",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="systems json field (repeatable), e.g. cooling=air",
+    )
+    pkg.add_argument(
+        "--measurement",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="measurements.json field (repeatable)",
+    )
 
-    chk = sub.add_parser("check-submission",
-                         help="apply the submission checker's rules to a submission root")
+    chk = sub.add_parser(
+        "check-submission", help="apply the submission checker's rules to a submission root"
+    )
     chk.add_argument("root", type=Path)
-    chk.add_argument("--structure-only", action="store_true",
-                     help="only files, fields, truncation, hash and TEST06 (a demo-sized run "
-                          "cannot pass the result rules)")
+    chk.add_argument(
+        "--structure-only",
+        action="store_true",
+        help="only files, fields, truncation, hash and TEST06 (a demo-sized run "
+        "cannot pass the result rules)",
+    )
 
 
 def _pairs(items: list[str], flag: str) -> dict[str, str]:
@@ -362,33 +471,59 @@ def cmd_calibrate(args: argparse.Namespace, extra: list[str]) -> int:
 
     conf = args.user_conf
     if conf is None:
-        base = REPO_ROOT / "user_confs" / args.benchmark.removesuffix("-interactive") / \
-            f"{args.scenario.lower()}.conf"
+        base = (
+            REPO_ROOT
+            / "user_confs"
+            / args.benchmark.removesuffix("-interactive")
+            / f"{args.scenario.lower()}.conf"
+        )
         conf = base if base.is_file() else None
-    calibrate(CalibrateRequest(
-        benchmark=args.benchmark, scenario=args.scenario, model=args.model,
-        dataset=args.dataset, output=args.output, user_conf=conf,
-        min_duration_s=args.min_duration_s, margin=args.margin,
-        measure_samples=args.measure_samples, start_qps=args.start_qps, trials=args.trials,
-        trial_s=args.trial_s, trial_queries=args.trial_queries, backoff=args.backoff,
-        run_args=tuple(extra)))
+    calibrate(
+        CalibrateRequest(
+            benchmark=args.benchmark,
+            scenario=args.scenario,
+            model=args.model,
+            dataset=args.dataset,
+            output=args.output,
+            user_conf=conf,
+            min_duration_s=args.min_duration_s,
+            margin=args.margin,
+            measure_samples=args.measure_samples,
+            start_qps=args.start_qps,
+            trials=args.trials,
+            trial_s=args.trial_s,
+            trial_queries=args.trial_queries,
+            backoff=args.backoff,
+            run_args=tuple(extra),
+        )
+    )
     return EXIT_OK
 
 
 def cmd_package(args: argparse.Namespace) -> int:
     from harness.package import PackageRequest, package
 
-    report = package(PackageRequest(
-        run=args.run, system=args.system, submitter=args.submitter, out=args.out,
-        division=args.division, test06=args.test06, accuracy_run=args.accuracy_run,
-        accuracy_level=args.accuracy_level,
-        system_fields=_pairs(args.system_field, "--system-field"),
-        measurements=_pairs(args.measurement, "--measurement"),
-        command=tuple(["mlperf-vllm", *sys.argv[1:]])))
+    report = package(
+        PackageRequest(
+            run=args.run,
+            system=args.system,
+            submitter=args.submitter,
+            out=args.out,
+            division=args.division,
+            test06=args.test06,
+            accuracy_run=args.accuracy_run,
+            accuracy_level=args.accuracy_level,
+            system_fields=_pairs(args.system_field, "--system-field"),
+            measurements=_pairs(args.measurement, "--measurement"),
+            command=tuple(["mlperf-vllm", *sys.argv[1:]]),
+        )
+    )
     print(f"packaged {len(report.written)} files into {report.scenario_dir}")
     if report.todo:
-        print(f"to fill in systems/{args.system}.json (this machine does not report them): "
-              + ", ".join(report.todo))
+        print(
+            f"to fill in systems/{args.system}.json (this machine does not report them): "
+            + ", ".join(report.todo)
+        )
     return EXIT_OK
 
 
@@ -401,8 +536,10 @@ def cmd_check_submission(args: argparse.Namespace) -> int:
         results = [r for r in results if r.group == "structure"]
     print(render_checks(results))
     failed = [r for r in results if not r.passed]
-    print(f"{len(results) - len(failed)} passed, {len(failed)} failed"
-          + (": " + ", ".join(sorted({r.rule for r in failed})) if failed else ""))
+    print(
+        f"{len(results) - len(failed)} passed, {len(failed)} failed"
+        + (": " + ", ".join(sorted({r.rule for r in failed})) if failed else "")
+    )
     return EXIT_STRICT if failed else EXIT_OK
 
 
@@ -460,8 +597,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return EXIT_USAGE
     except KeyboardInterrupt:
-        print("interrupted: LoadGen logs written so far are kept in the output folder",
-              file=sys.stderr, flush=True)
+        print(
+            "interrupted: LoadGen logs written so far are kept in the output folder",
+            file=sys.stderr,
+            flush=True,
+        )
         _exit_now_if_loadgen_running(130)
         return 130
     except Exception as exc:
@@ -473,8 +613,12 @@ def main(argv: list[str] | None = None) -> int:
             import traceback
 
             traceback.print_exc()
-        print(f"error: {exc}\nthe run failed; LoadGen logs written so far are kept in the "
-              "output folder", file=sys.stderr, flush=True)
+        print(
+            f"error: {exc}\nthe run failed; LoadGen logs written so far are kept in the "
+            "output folder",
+            file=sys.stderr,
+            flush=True,
+        )
         _exit_now_if_loadgen_running(EXIT_ERROR)
         return EXIT_ERROR
 

@@ -162,8 +162,7 @@ def validate_against_model(
             f"{vocab_size}: the dataset was tokenized for another model (tokenizer/model mismatch)"
         )
     if max_model_len:
-        longest_row, longest = max(((i, len(p)) for i, p in enumerate(prompts)),
-                                   key=lambda t: t[1])
+        longest_row, longest = max(((i, len(p)) for i, p in enumerate(prompts)), key=lambda t: t[1])
         if longest + 1 > max_model_len:
             raise UsageError(
                 f"dataset {path}: prompt of row {longest_row} has {longest} tokens, more than the "

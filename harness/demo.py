@@ -53,14 +53,19 @@ def run_demo(args: argparse.Namespace) -> int:
     cfg = tracking.resolve_tracking(args, default_experiment="mlperf-vllm-demo")
     tracking.check_reachable(cfg)  # before the engine starts
     req = demo_request(args)
-    with tracking.tracked_run(cfg, tracking.run_name(req, args.output),
-                              output_dir=args.output, tags={"command": "demo"}) as trk:
+    with tracking.tracked_run(
+        cfg, tracking.run_name(req, args.output), output_dir=args.output, tags={"command": "demo"}
+    ) as trk:
         outcome = run(req)
         print(render_result(outcome.result), flush=True)
         print(f"results: {outcome.path}")
     if cfg.enabled and not trk.logging_error:
-        print(f"logged to MLflow ({cfg.uri}, experiment {cfg.experiment!r}); browse with: "
-              "mlflow ui --backend-store-uri sqlite:///mlflow.db --host 127.0.0.1")
-    print("note: the tiny model has random weights, so accuracy FAIL is expected; the smoke "
-          "user.conf is not compliant (see user_confs/ for submission settings).")
+        print(
+            f"logged to MLflow ({cfg.uri}, experiment {cfg.experiment!r}); browse with: "
+            "mlflow ui --backend-store-uri sqlite:///mlflow.db --host 127.0.0.1"
+        )
+    print(
+        "note: the tiny model has random weights, so accuracy FAIL is expected; the smoke "
+        "user.conf is not compliant (see user_confs/ for submission settings)."
+    )
     return 0

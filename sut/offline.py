@@ -119,8 +119,9 @@ class OfflineSUT:
         add_request = self._engine.add_request
         for rid, index in batch:
             key = str(rid)
-            add_request(key, self._prompt_type(prompt_token_ids=list(self._prompts[index])),
-                        self._params)
+            add_request(
+                key, self._prompt_type(prompt_token_ids=list(self._prompts[index])), self._params
+            )
             pending[key] = rid
 
     def _fail(self, response_ids: list[int]) -> None:

@@ -14,7 +14,9 @@ class TokenQSL:
     in memory and load/unload are no-ops; nothing is tokenized on the hot path.
     """
 
-    def __init__(self, prompts: Sequence[Sequence[int]], performance_sample_count: int | None = None):
+    def __init__(
+        self, prompts: Sequence[Sequence[int]], performance_sample_count: int | None = None
+    ):
         if not prompts:
             raise ValueError("the QSL needs at least one prompt")
         self.prompts = prompts

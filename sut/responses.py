@@ -28,7 +28,7 @@ def complete_samples(done: Sequence[tuple[int, Sequence[int]]]) -> int:
     buffers = [as_payload(tokens) for _, tokens in done]
     responses = [
         lg.QuerySampleResponse(rid, buf.ctypes.data, buf.nbytes, buf.size)
-        for (rid, _), buf in zip(done, buffers)
+        for (rid, _), buf in zip(done, buffers, strict=True)
     ]
     lg.QuerySamplesComplete(responses)
     return sum(buf.size for buf in buffers)
@@ -41,6 +41,6 @@ def complete_first_tokens(first: Sequence[tuple[int, Sequence[int]]]) -> None:
     buffers = [as_payload(tokens) for _, tokens in first]
     responses = [
         lg.QuerySampleResponse(rid, buf.ctypes.data, buf.nbytes, buf.size)
-        for (rid, _), buf in zip(first, buffers)
+        for (rid, _), buf in zip(first, buffers, strict=True)
     ]
     lg.FirstTokenComplete(responses)

@@ -50,13 +50,17 @@ def tiny_dataset(tiny_model, tmp_path_factory) -> Path:
     return build_synthetic_dataset("llama3_1-8b", tiny_model, out, samples=24, seed=1)
 
 
-def cli(*args: str, timeout: float = 900, env: dict | None = None,
-        cwd: Path | None = None) -> subprocess.CompletedProcess:
+def cli(
+    *args: str, timeout: float = 900, env: dict | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess:
     """Run `python -m harness.cli ARGS` in its own process; output captured as text."""
     full_env = {**os.environ, **(env or {})}
     return subprocess.run(
         [sys.executable, "-m", "harness.cli", *args],
-        capture_output=True, text=True, timeout=timeout, env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=full_env,
         cwd=str(cwd or REPO),
     )
 
@@ -66,12 +70,27 @@ def offline_run(tiny_model, tiny_dataset, tmp_path_factory):
     """One real Offline run (performance + accuracy) shared by the tests that inspect it."""
     out = tmp_path_factory.mktemp("offline-run")
     proc = cli(
-        "run", "--benchmark", "llama3_1-8b", "--scenario", "Offline", "--mode", "both",
-        "--model", str(tiny_model), "--dataset", str(tiny_dataset), "--output", str(out),
-        "--user-conf", str(SMOKE / "offline.conf"), "--no-mlflow", "--no-progress",
+        "run",
+        "--benchmark",
+        "llama3_1-8b",
+        "--scenario",
+        "Offline",
+        "--mode",
+        "both",
+        "--model",
+        str(tiny_model),
+        "--dataset",
+        str(tiny_dataset),
+        "--output",
+        str(out),
+        "--user-conf",
+        str(SMOKE / "offline.conf"),
+        "--no-mlflow",
+        "--no-progress",
         # float32: the answer-per-sample check compares with a direct generation token by
         # token, and bf16 near-ties on random weights could flip with batch composition.
-        "--engine-arg", "dtype=float32",
+        "--engine-arg",
+        "dtype=float32",
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     return out, proc

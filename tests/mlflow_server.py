@@ -27,22 +27,35 @@ def mlflow_server(root: Path, startup_timeout_s: float = 180) -> Iterator[str]:
     port = free_port()
     log_path = root / "server.log"
     mlflow_bin = Path(sys.executable).with_name("mlflow")
-    cmd = [str(mlflow_bin), "server", "--host", "127.0.0.1", "--port", str(port),
-           "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}",
-           "--artifacts-destination", str(root / "artifacts"), "--workers", "1"]
+    cmd = [
+        str(mlflow_bin),
+        "server",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--backend-store-uri",
+        f"sqlite:///{root / 'mlflow.db'}",
+        "--artifacts-destination",
+        str(root / "artifacts"),
+        "--workers",
+        "1",
+    ]
     # No background job runner: these tests need the REST API and artifacts only.
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
     env.pop("MLFLOW_TRACKING_URI", None)
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
     uri = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + startup_timeout_s
         while True:
             if proc.poll() is not None:
-                raise RuntimeError(f"mlflow server exited ({proc.returncode}): "
-                                   f"{log_path.read_text()[-2000:]}")
+                raise RuntimeError(
+                    f"mlflow server exited ({proc.returncode}): {log_path.read_text()[-2000:]}"
+                )
             try:
                 with urllib.request.urlopen(uri + "/health", timeout=2) as resp:
                     if resp.status == 200:
@@ -50,8 +63,10 @@ def mlflow_server(root: Path, startup_timeout_s: float = 180) -> Iterator[str]:
             except OSError:
                 pass
             if time.monotonic() > deadline:
-                raise RuntimeError(f"mlflow server did not answer /health in "
-                                   f"{startup_timeout_s} s: {log_path.read_text()[-2000:]}")
+                raise RuntimeError(
+                    f"mlflow server did not answer /health in "
+                    f"{startup_timeout_s} s: {log_path.read_text()[-2000:]}"
+                )
             time.sleep(0.5)
         yield uri
     finally:

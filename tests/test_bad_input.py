@@ -21,9 +21,25 @@ def run_cli(capsys, *args: str) -> tuple[int, str]:
 
 
 def offline_args(model: Path, dataset: Path, out: Path, *extra: str) -> list[str]:
-    return ["run", "--benchmark", "llama3_1-8b", "--scenario", "Offline", "--mode",
-            "performance", "--model", str(model), "--dataset", str(dataset), "--output", str(out),
-            "--user-conf", str(SMOKE / "offline.conf"), "--no-mlflow", *extra]
+    return [
+        "run",
+        "--benchmark",
+        "llama3_1-8b",
+        "--scenario",
+        "Offline",
+        "--mode",
+        "performance",
+        "--model",
+        str(model),
+        "--dataset",
+        str(dataset),
+        "--output",
+        str(out),
+        "--user-conf",
+        str(SMOKE / "offline.conf"),
+        "--no-mlflow",
+        *extra,
+    ]
 
 
 def write_records(path: Path, rows) -> Path:
@@ -66,8 +82,9 @@ def test_truncated_json(capsys, tiny_model, tiny_dataset, tmp_path):
 
 def test_missing_column(capsys, tiny_model, good_rows, tmp_path):
     rows = [{k: v for k, v in r.items() if k != "tok_input"} for r in good_rows]
-    code, err = run_cli(capsys, *offline_args(tiny_model, write_records(tmp_path / "d.json", rows),
-                                              tmp_path / "o"))
+    code, err = run_cli(
+        capsys, *offline_args(tiny_model, write_records(tmp_path / "d.json", rows), tmp_path / "o")
+    )
     assert_one_clear_line(code, err, "lacks column(s) 'tok_input'")
 
 
@@ -80,36 +97,50 @@ def test_missing_target_column_in_accuracy_mode(capsys, tiny_model, good_rows, t
 
 
 def test_empty_dataset(capsys, tiny_model, tmp_path):
-    code, err = run_cli(capsys, *offline_args(tiny_model, write_records(tmp_path / "e.json", []),
-                                              tmp_path / "o"))
+    code, err = run_cli(
+        capsys, *offline_args(tiny_model, write_records(tmp_path / "e.json", []), tmp_path / "o")
+    )
     assert_one_clear_line(code, err, "is empty")
 
 
 def test_non_integer_token_ids(capsys, tiny_model, good_rows, tmp_path):
     good_rows[3]["tok_input"] = [1.5, 2.25, 3.0]
-    code, err = run_cli(capsys, *offline_args(
-        tiny_model, write_records(tmp_path / "d.json", good_rows), tmp_path / "o"))
+    code, err = run_cli(
+        capsys,
+        *offline_args(tiny_model, write_records(tmp_path / "d.json", good_rows), tmp_path / "o"),
+    )
     assert_one_clear_line(code, err, "row 3", "non-integer")
 
 
 def test_text_instead_of_token_ids(capsys, tiny_model, good_rows, tmp_path):
     good_rows[0]["tok_input"] = "Summarize this"
-    code, err = run_cli(capsys, *offline_args(
-        tiny_model, write_records(tmp_path / "d.json", good_rows), tmp_path / "o"))
+    code, err = run_cli(
+        capsys,
+        *offline_args(tiny_model, write_records(tmp_path / "d.json", good_rows), tmp_path / "o"),
+    )
     assert_one_clear_line(code, err, "row 0", "holds text")
 
 
 def test_out_of_vocab_token_ids(capsys, tiny_model, good_rows, tmp_path):
     good_rows[5]["tok_input"] = good_rows[5]["tok_input"] + [128000]
-    code, err = run_cli(capsys, *offline_args(
-        tiny_model, write_records(tmp_path / "d.json", good_rows), tmp_path / "o"))
+    code, err = run_cli(
+        capsys,
+        *offline_args(tiny_model, write_records(tmp_path / "d.json", good_rows), tmp_path / "o"),
+    )
     assert_one_clear_line(code, err, "128000", "row 5", "tokenizer/model mismatch")
 
 
 def test_prompt_longer_than_max_model_len(capsys, tiny_model, good_rows, tmp_path):
-    code, err = run_cli(capsys, *offline_args(
-        tiny_model, write_records(tmp_path / "d.json", good_rows), tmp_path / "o",
-        "--engine-arg", "max_model_len=64"))
+    code, err = run_cli(
+        capsys,
+        *offline_args(
+            tiny_model,
+            write_records(tmp_path / "d.json", good_rows),
+            tmp_path / "o",
+            "--engine-arg",
+            "max_model_len=64",
+        ),
+    )
     assert_one_clear_line(code, err, "max_model_len 64", "--max-model-len")
 
 
@@ -157,8 +188,16 @@ def test_missing_user_conf_and_audit_config(capsys, tiny_model, tiny_dataset, tm
     args[args.index("--user-conf") + 1] = str(tmp_path / "user.conf")
     code, err = run_cli(capsys, *args)
     assert_one_clear_line(code, err, "user.conf", "does not exist")
-    code, err = run_cli(capsys, *offline_args(tiny_model, tiny_dataset, tmp_path / "o",
-                                              "--audit-config", str(tmp_path / "audit.config")))
+    code, err = run_cli(
+        capsys,
+        *offline_args(
+            tiny_model,
+            tiny_dataset,
+            tmp_path / "o",
+            "--audit-config",
+            str(tmp_path / "audit.config"),
+        ),
+    )
     assert_one_clear_line(code, err, "audit config", "does not exist")
 
 
@@ -167,6 +206,10 @@ def test_unknown_benchmark_and_engine_flag(capsys, tiny_model, tiny_dataset, tmp
     args[args.index("llama3_1-8b")] = "llama9"
     code, err = run_cli(capsys, *args)
     assert_one_clear_line(code, err, "unknown benchmark 'llama9'")
-    code, err = run_cli(capsys, *offline_args(tiny_model, tiny_dataset, tmp_path / "o",
-                                              "--engine-arg", "max_num_sequences=4"))
+    code, err = run_cli(
+        capsys,
+        *offline_args(
+            tiny_model, tiny_dataset, tmp_path / "o", "--engine-arg", "max_num_sequences=4"
+        ),
+    )
     assert_one_clear_line(code, err, "max_num_sequences")

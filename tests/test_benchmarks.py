@@ -5,8 +5,13 @@ from harness.benchmarks import BENCHMARKS, get_benchmark, resolve
 
 def test_registry_holds_every_preset_with_loadgen_facts():
     assert set(BENCHMARKS) == {
-        "llama3_1-8b", "llama3_1-8b-edge", "llama3_1-8b-interactive", "llama2-70b",
-        "llama2-70b-interactive", "llama3_1-405b", "llama3_1-405b-interactive",
+        "llama3_1-8b",
+        "llama3_1-8b-edge",
+        "llama3_1-8b-interactive",
+        "llama2-70b",
+        "llama2-70b-interactive",
+        "llama3_1-405b",
+        "llama3_1-405b-interactive",
     }
     assert get_benchmark("llama3_1-8b").total_sample_count == 13368
     assert get_benchmark("llama3_1-8b-edge").performance_sample_count == 5000
@@ -21,9 +26,14 @@ def test_registry_holds_every_preset_with_loadgen_facts():
 
 @pytest.mark.parametrize(
     "name,ttft,tpot",
-    [("llama3_1-8b", 2000, 100), ("llama3_1-8b-interactive", 500, 30),
-     ("llama2-70b", 2000, 200), ("llama2-70b-interactive", 450, 40),
-     ("llama3_1-405b", 6000, 175), ("llama3_1-405b-interactive", 4500, 80)],
+    [
+        ("llama3_1-8b", 2000, 100),
+        ("llama3_1-8b-interactive", 500, 30),
+        ("llama2-70b", 2000, 200),
+        ("llama2-70b-interactive", 450, 40),
+        ("llama3_1-405b", 6000, 175),
+        ("llama3_1-405b-interactive", 4500, 80),
+    ],
 )
 def test_server_limits_match_mlperf_conf(name, ttft, tpot):
     lim = get_benchmark(name).server_limits

@@ -44,8 +44,10 @@ def test_latency_ok_needs_both_percentiles_within_limits():
 
 
 def test_base_conf_lines_we_set_are_commented_out():
-    base = ("# header\nllama3_1-8b.Offline.target_qps = 1\n"
-            "llama3_1-8b.Server.target_qps = 3 # keep\n*.Offline.min_duration = 5\n")
+    base = (
+        "# header\nllama3_1-8b.Offline.target_qps = 1\n"
+        "llama3_1-8b.Server.target_qps = 3 # keep\n*.Offline.min_duration = 5\n"
+    )
     out = conf_key_lines(base, ["target_qps"])
     assert "# (replaced by calibrate) llama3_1-8b.Offline.target_qps = 1" in out
     assert "# (replaced by calibrate) llama3_1-8b.Server.target_qps = 3 # keep" in out
@@ -53,8 +55,19 @@ def test_base_conf_lines_we_set_are_commented_out():
 
 
 def test_calibrate_bad_input_is_one_line(tmp_path):
-    proc = cli("calibrate", "--benchmark", "llama3_1-8b", "--scenario", "Offline",
-               "--model", str(tmp_path / "nope"), "--dataset", str(tmp_path / "d.json"),
-               "--output", str(tmp_path / "out"), timeout=300)
+    proc = cli(
+        "calibrate",
+        "--benchmark",
+        "llama3_1-8b",
+        "--scenario",
+        "Offline",
+        "--model",
+        str(tmp_path / "nope"),
+        "--dataset",
+        str(tmp_path / "d.json"),
+        "--output",
+        str(tmp_path / "out"),
+        timeout=300,
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().startswith("error: model") and "--model" in proc.stderr

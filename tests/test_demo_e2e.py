@@ -14,8 +14,17 @@ pytestmark = pytest.mark.e2e
 
 def test_demo_runs_end_to_end_and_logs_to_the_embedded_store(tmp_path):
     env = {"MLFLOW_TRACKING_URI": "", "MLFLOW_EXPERIMENT_NAME": ""}
-    proc = cli("demo", "--cache", str(tmp_path / "cache"), "--output", str(tmp_path / "out"),
-               "--samples", "16", cwd=tmp_path, env=env)
+    proc = cli(
+        "demo",
+        "--cache",
+        str(tmp_path / "cache"),
+        "--output",
+        str(tmp_path / "out"),
+        "--samples",
+        "16",
+        cwd=tmp_path,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "VALID" in proc.stdout and "accuracy" in proc.stdout
     result = json.loads((tmp_path / "out" / "result.json").read_text())

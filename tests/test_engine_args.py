@@ -12,26 +12,39 @@ from sut.engine import (
 
 def test_key_value_pairs_are_typed_by_vllm():
     got = parse_engine_arg_pairs(
-        ["max_num_seqs=256", "gpu-memory-utilization=0.85", "kv_cache_dtype=fp8",
-         "enable_prefix_caching=false", "enforce_eager=true"]
+        [
+            "max_num_seqs=256",
+            "gpu-memory-utilization=0.85",
+            "kv_cache_dtype=fp8",
+            "enable_prefix_caching=false",
+            "enforce_eager=true",
+        ]
     )
-    assert got == {"max_num_seqs": 256, "gpu_memory_utilization": 0.85,
-                   "kv_cache_dtype": "fp8", "enable_prefix_caching": False,
-                   "enforce_eager": True}
+    assert got == {
+        "max_num_seqs": 256,
+        "gpu_memory_utilization": 0.85,
+        "kv_cache_dtype": "fp8",
+        "enable_prefix_caching": False,
+        "enforce_eager": True,
+    }
 
 
 def test_vllm_style_flags_parse_like_vllm_serve():
-    got = parse_engine_flags(["--max-num-seqs", "1024", "--kv-cache-dtype", "fp8",
-                              "--no-enable-prefix-caching"])
-    assert got == {"max_num_seqs": 1024, "kv_cache_dtype": "fp8",
-                   "enable_prefix_caching": False}
+    got = parse_engine_flags(
+        ["--max-num-seqs", "1024", "--kv-cache-dtype", "fp8", "--no-enable-prefix-caching"]
+    )
+    assert got == {"max_num_seqs": 1024, "kv_cache_dtype": "fp8", "enable_prefix_caching": False}
 
 
 @pytest.mark.parametrize(
     "pair,match",
-    [("max_num_seqs", "not KEY=VALUE"), ("no_such_knob=1", "no engine argument 'no_such_knob'"),
-     ("max_num_seqs=lots", "invalid"), ("kv_cache_dtype=fp3", "invalid"),
-     ("enforce_eager=maybe", "true or false")],
+    [
+        ("max_num_seqs", "not KEY=VALUE"),
+        ("no_such_knob=1", "no engine argument 'no_such_knob'"),
+        ("max_num_seqs=lots", "invalid"),
+        ("kv_cache_dtype=fp3", "invalid"),
+        ("enforce_eager=maybe", "true or false"),
+    ],
 )
 def test_bad_engine_args_name_the_problem(pair, match):
     with pytest.raises(EngineArgError, match=match):

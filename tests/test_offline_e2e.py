@@ -61,18 +61,21 @@ def test_each_answer_belongs_to_its_own_sample(offline_run, tiny_model, tiny_dat
     out, _ = offline_run
     rows = json.loads(Path(tiny_dataset).read_text())
     s = get_benchmark("llama3_1-8b").sampling
-    llm = create_llm(make_engine_config(str(tiny_model), {"dtype": "float32"}, gpu=False),
-                     gpu=False)
+    llm = create_llm(
+        make_engine_config(str(tiny_model), {"dtype": "float32"}, gpu=False), gpu=False
+    )
     try:
-        params = make_sampling_params(max_tokens=s.max_tokens, min_tokens=s.min_tokens,
-                                      seed=s.seed)
-        direct = llm.generate([TokensPrompt(prompt_token_ids=r["tok_input"]) for r in rows],
-                              params, use_tqdm=False)
+        params = make_sampling_params(max_tokens=s.max_tokens, min_tokens=s.min_tokens, seed=s.seed)
+        direct = llm.generate(
+            [TokensPrompt(prompt_token_ids=r["tok_input"]) for r in rows], params, use_tqdm=False
+        )
     finally:
         shutdown_llm(llm)
     expected = {i: list(o.outputs[0].token_ids) for i, o in enumerate(direct)}
-    got = {e["qsl_idx"]: np.frombuffer(bytes.fromhex(e["data"]), dtype=np.int32).tolist()
-           for e in accuracy_entries(out)}
+    got = {
+        e["qsl_idx"]: np.frombuffer(bytes.fromhex(e["data"]), dtype=np.int32).tolist()
+        for e in accuracy_entries(out)
+    }
     assert len(set(map(tuple, expected.values()))) > 1, "outputs must differ to prove mapping"
     mismatched = [i for i in expected if got[i] != expected[i]]
     assert not mismatched, f"samples answered with another sample's output: {mismatched}"

@@ -24,23 +24,54 @@ pytestmark = pytest.mark.e2e
 MAX_TOKENS = "32"  # keeps every run short on two shared CPU cores
 MIN_DURATION_S = "3"
 AUDIT = REPO / "user_confs" / "audit" / "TEST06.config"
-SYSTEM_FIELDS = ("--system-field", "cooling=air", "--system-field",
-                 "host_memory_configuration=unknown (VM)")
+SYSTEM_FIELDS = (
+    "--system-field",
+    "cooling=air",
+    "--system-field",
+    "host_memory_configuration=unknown (VM)",
+)
 
 
 def _run(model, dataset, out, scenario, conf, mode, *extra):
-    proc = cli("run", "--benchmark", "llama3_1-8b", "--scenario", scenario, "--mode", mode,
-               "--model", str(model), "--dataset", str(dataset), "--output", str(out),
-               "--user-conf", str(conf), "--no-mlflow", "--no-progress",
-               "--max-tokens", MAX_TOKENS, *extra)
+    proc = cli(
+        "run",
+        "--benchmark",
+        "llama3_1-8b",
+        "--scenario",
+        scenario,
+        "--mode",
+        mode,
+        "--model",
+        str(model),
+        "--dataset",
+        str(dataset),
+        "--output",
+        str(out),
+        "--user-conf",
+        str(conf),
+        "--no-mlflow",
+        "--no-progress",
+        "--max-tokens",
+        MAX_TOKENS,
+        *extra,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc
 
 
 def _test06(model, dataset, out, scenario, conf):
     _run(model, dataset, out, scenario, conf, "performance", "--audit-config", str(AUDIT))
-    proc = cli("compliance", "test06", "--log-dir", str(out / "performance"),
-               "--model", str(model), "--output", str(out), "--strict")
+    proc = cli(
+        "compliance",
+        "test06",
+        "--log-dir",
+        str(out / "performance"),
+        "--model",
+        str(model),
+        "--output",
+        str(out),
+        "--strict",
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return out
 
@@ -48,10 +79,25 @@ def _test06(model, dataset, out, scenario, conf):
 @pytest.fixture(scope="module")
 def calibrated(tiny_model, tiny_dataset, tmp_path_factory):
     out = tmp_path_factory.mktemp("calibrate")
-    proc = cli("calibrate", "--benchmark", "llama3_1-8b", "--scenario", "Offline",
-               "--model", str(tiny_model), "--dataset", str(tiny_dataset), "--output", str(out),
-               "--min-duration-s", MIN_DURATION_S, "--measure-samples", "600",
-               "--max-tokens", MAX_TOKENS)
+    proc = cli(
+        "calibrate",
+        "--benchmark",
+        "llama3_1-8b",
+        "--scenario",
+        "Offline",
+        "--model",
+        str(tiny_model),
+        "--dataset",
+        str(tiny_dataset),
+        "--output",
+        str(out),
+        "--min-duration-s",
+        MIN_DURATION_S,
+        "--measure-samples",
+        "600",
+        "--max-tokens",
+        MAX_TOKENS,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return out / "user.conf", proc
 
@@ -61,8 +107,7 @@ def offline(tiny_model, tiny_dataset, calibrated, tmp_path_factory):
     conf, _ = calibrated
     run = tmp_path_factory.mktemp("offline-run")
     proc = _run(tiny_model, tiny_dataset, run, "Offline", conf, "both")
-    t06 = _test06(tiny_model, tiny_dataset, tmp_path_factory.mktemp("offline-t06"), "Offline",
-                  conf)
+    t06 = _test06(tiny_model, tiny_dataset, tmp_path_factory.mktemp("offline-t06"), "Offline", conf)
     return run, t06, proc
 
 
@@ -70,14 +115,31 @@ def offline(tiny_model, tiny_dataset, calibrated, tmp_path_factory):
 def server(tiny_model, tiny_dataset, tmp_path_factory):
     run = tmp_path_factory.mktemp("server-run")
     _run(tiny_model, tiny_dataset, run, "Server", SMOKE / "server.conf", "both")
-    t06 = _test06(tiny_model, tiny_dataset, tmp_path_factory.mktemp("server-t06"), "Server",
-                  SMOKE / "server.conf")
+    t06 = _test06(
+        tiny_model,
+        tiny_dataset,
+        tmp_path_factory.mktemp("server-t06"),
+        "Server",
+        SMOKE / "server.conf",
+    )
     return run, t06
 
 
 def _package(run, t06, root, *extra):
-    return cli("package", "--run", str(run), "--test06", str(t06), "--system", "tiny_cpu",
-               "--submitter", "Demo", "--out", str(root), *extra)
+    return cli(
+        "package",
+        "--run",
+        str(run),
+        "--test06",
+        str(t06),
+        "--system",
+        "tiny_cpu",
+        "--submitter",
+        "Demo",
+        "--out",
+        str(root),
+        *extra,
+    )
 
 
 def test_calibrated_conf_meets_min_duration(calibrated, offline):
@@ -103,12 +165,19 @@ def test_calibrated_conf_meets_min_duration(calibrated, offline):
 
 def _expect_tree(root: Path, scenario: str) -> Path:
     sdir = root / "closed" / "Demo" / "results" / "tiny_cpu" / "llama3.1-8b" / scenario
-    for rel in ("performance/run_1/mlperf_log_summary.txt",
-                "performance/run_1/mlperf_log_detail.txt",
-                "accuracy/mlperf_log_summary.txt", "accuracy/mlperf_log_detail.txt",
-                "accuracy/accuracy.txt", "accuracy/mlperf_log_accuracy.json",
-                "TEST06/verify_accuracy.txt", "TEST06/accuracy/mlperf_log_accuracy.json",
-                "measurements.json", "user.conf", "README.md"):
+    for rel in (
+        "performance/run_1/mlperf_log_summary.txt",
+        "performance/run_1/mlperf_log_detail.txt",
+        "accuracy/mlperf_log_summary.txt",
+        "accuracy/mlperf_log_detail.txt",
+        "accuracy/accuracy.txt",
+        "accuracy/mlperf_log_accuracy.json",
+        "TEST06/verify_accuracy.txt",
+        "TEST06/accuracy/mlperf_log_accuracy.json",
+        "measurements.json",
+        "user.conf",
+        "README.md",
+    ):
         assert (sdir / rel).is_file(), rel
     assert (root / "closed" / "Demo" / "systems" / "tiny_cpu.json").is_file()
     assert (root / "closed" / "Demo" / "src").is_dir()
@@ -136,8 +205,10 @@ def test_package_full_tree_and_checks(which, request, tmp_path, tiny_model):
     # its log always is); accuracy.txt carries the hash of the original log either way
     import hashlib
 
-    for src, dest in ((run / "accuracy", sdir / "accuracy"),
-                      (t06 / "TEST06" / "accuracy", sdir / "TEST06" / "accuracy")):
+    for src, dest in (
+        (run / "accuracy", sdir / "accuracy"),
+        (t06 / "TEST06" / "accuracy", sdir / "TEST06" / "accuracy"),
+    ):
         original = (src / "mlperf_log_accuracy.json").read_bytes()
         packaged = (dest / "mlperf_log_accuracy.json").read_bytes()
         if len(original) > 10 * 1024:
@@ -145,8 +216,7 @@ def test_package_full_tree_and_checks(which, request, tmp_path, tiny_model):
             assert packaged.startswith(original[:4096]) and packaged.endswith(original[-4096:])
         else:
             assert packaged == original
-        assert f"hash={hashlib.sha256(original).hexdigest()}" in \
-            (dest / "accuracy.txt").read_text()
+        assert f"hash={hashlib.sha256(original).hexdigest()}" in (dest / "accuracy.txt").read_text()
     assert (t06 / "TEST06" / "accuracy" / "mlperf_log_accuracy.json").stat().st_size > 10 * 1024
     readme = (sdir / "README.md").read_text()
     assert f"mlperf-vllm run --benchmark llama3_1-8b --scenario {scenario} --mode both" in readme
@@ -157,11 +227,21 @@ def test_package_full_tree_and_checks(which, request, tmp_path, tiny_model):
 
     results = check_submission_tree(root)
     structure = _by_rule(results, "structure")
-    assert {"layout", "model-scenario", "system-json", "src-dir", "performance-files",
-            "accuracy-files", "measurements", "accuracy-log-truncated", "accuracy-hash",
-            "test06"} <= set(structure)
-    assert all(r.passed for r in structure.values()), [r for r in structure.values()
-                                                        if not r.passed]
+    assert {
+        "layout",
+        "model-scenario",
+        "system-json",
+        "src-dir",
+        "performance-files",
+        "accuracy-files",
+        "measurements",
+        "accuracy-log-truncated",
+        "accuracy-hash",
+        "test06",
+    } <= set(structure)
+    assert all(r.passed for r in structure.values()), [
+        r for r in structure.values() if not r.passed
+    ]
     result = _by_rule(results, "result")
     assert not result["min-duration"].passed and "600000" in result["min-duration"].detail
     assert not result["performance-sample-count"].passed

@@ -15,10 +15,30 @@ pytestmark = pytest.mark.e2e
 
 def test_offline_data_parallel_2_is_valid_and_recorded(tiny_model, tiny_dataset, tmp_path):
     out = tmp_path / "dp2"
-    proc = cli("run", "--benchmark", "llama3_1-8b", "--scenario", "Offline", "--mode", "both",
-               "--model", str(tiny_model), "--dataset", str(tiny_dataset), "--output", str(out),
-               "--user-conf", str(SMOKE / "offline.conf"), "--no-mlflow", "--no-progress",
-               "--no-evaluate", "--data-parallel-size", "2", "--max-tokens", "16")
+    proc = cli(
+        "run",
+        "--benchmark",
+        "llama3_1-8b",
+        "--scenario",
+        "Offline",
+        "--mode",
+        "both",
+        "--model",
+        str(tiny_model),
+        "--dataset",
+        str(tiny_dataset),
+        "--output",
+        str(out),
+        "--user-conf",
+        str(SMOKE / "offline.conf"),
+        "--no-mlflow",
+        "--no-progress",
+        "--no-evaluate",
+        "--data-parallel-size",
+        "2",
+        "--max-tokens",
+        "16",
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     result = json.loads((out / "result.json").read_text())
     assert result["engine_args"]["data_parallel_size"] == 2

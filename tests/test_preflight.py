@@ -32,19 +32,34 @@ from tests.conftest import REPO, SMOKE, cli
 
 BENCH = get_benchmark("llama3_1-8b")
 SEEDS = {"qsl_rng_seed": 11, "sample_index_rng_seed": 22, "schedule_rng_seed": 33}
-GREEDY = {"max_tokens": 128, "min_tokens": 1, "temperature": 0.0, "top_k": 1, "top_p": 1.0,
-          "ignore_eos": False}
+GREEDY = {
+    "max_tokens": 128,
+    "min_tokens": 1,
+    "temperature": 0.0,
+    "top_k": 1,
+    "top_p": 1.0,
+    "ignore_eos": False,
+}
 
 
 def compliant_offline() -> EffectiveSettings:
     return EffectiveSettings(
-        scenario="Offline", min_duration_ms=600_000, min_query_count=13368,
-        performance_sample_count=13368, seeds=dict(SEEDS), offline_expected_qps=60.0)
+        scenario="Offline",
+        min_duration_ms=600_000,
+        min_query_count=13368,
+        performance_sample_count=13368,
+        seeds=dict(SEEDS),
+        offline_expected_qps=60.0,
+    )
 
 
 def facts(**kw) -> RunFacts:
-    base = dict(dataset_size=13368, engine_kwargs={"enable_prefix_caching": False},
-                sampling=dict(GREEDY), reference_seeds=dict(SEEDS))
+    base = dict(
+        dataset_size=13368,
+        engine_kwargs={"enable_prefix_caching": False},
+        sampling=dict(GREEDY),
+        reference_seeds=dict(SEEDS),
+    )
     base.update(kw)
     return RunFacts(**base)
 
@@ -56,21 +71,33 @@ def rules(findings) -> set[str]:
 def test_compliant_offline_and_server_pass():
     assert check(compliant_offline(), BENCH, "Offline", facts()) == []
     server = EffectiveSettings(
-        scenario="Server", min_duration_ms=600_000, min_query_count=100,
-        performance_sample_count=13368, seeds=dict(SEEDS), server_target_qps=40.0,
-        ttft_latency_ms=2000.0, tpot_latency_ms=100.0)
+        scenario="Server",
+        min_duration_ms=600_000,
+        min_query_count=100,
+        performance_sample_count=13368,
+        seeds=dict(SEEDS),
+        server_target_qps=40.0,
+        ttft_latency_ms=2000.0,
+        tpot_latency_ms=100.0,
+    )
     assert check(server, BENCH, "Server", facts()) == []
 
 
-@pytest.mark.parametrize("change, rule, words", [
-    (dict(min_duration_ms=120_000), "min_duration", "120000 ms is below 600000"),
-    (dict(min_query_count=2000, offline_expected_qps=1.5), "offline_query",
-     "fewer than the dataset's 13368"),
-    (dict(offline_expected_qps=1.0), "offline_expected_qps", "not calibrated"),
-    (dict(performance_sample_count=1024), "performance_sample_count", "1024"),
-    (dict(seeds={**SEEDS, "schedule_rng_seed": 7}), "seeds", "schedule_rng_seed"),
-    (dict(sample_concatenate_permutation=False), "equal_issue", "equal issue"),
-])
+@pytest.mark.parametrize(
+    "change, rule, words",
+    [
+        (dict(min_duration_ms=120_000), "min_duration", "120000 ms is below 600000"),
+        (
+            dict(min_query_count=2000, offline_expected_qps=1.5),
+            "offline_query",
+            "fewer than the dataset's 13368",
+        ),
+        (dict(offline_expected_qps=1.0), "offline_expected_qps", "not calibrated"),
+        (dict(performance_sample_count=1024), "performance_sample_count", "1024"),
+        (dict(seeds={**SEEDS, "schedule_rng_seed": 7}), "seeds", "schedule_rng_seed"),
+        (dict(sample_concatenate_permutation=False), "equal_issue", "equal issue"),
+    ],
+)
 def test_each_noncompliant_setting_is_named(change, rule, words):
     eff = replace(compliant_offline(), **change)
     found = check(eff, BENCH, "Offline", facts())
@@ -79,15 +106,18 @@ def test_each_noncompliant_setting_is_named(change, rule, words):
     assert words in line and "\n" not in line
 
 
-@pytest.mark.parametrize("fact_change, rule, words", [
-    (dict(dataset_size=24), "dataset", "24 samples"),
-    (dict(engine_kwargs={"enable_prefix_caching": True}), "prefix_caching", "prefix caching"),
-    (dict(sampling={**GREEDY, "temperature": 0.7}), "greedy", "not greedy"),
-    (dict(sampling={**GREEDY, "top_k": 40}), "greedy", "top_k 40"),
-    (dict(sampling={**GREEDY, "max_tokens": 64}), "max_tokens", "max_tokens is 64"),
-    (dict(sampling={**GREEDY, "ignore_eos": True}), "ignore_eos", "ignore_eos"),
-    (dict(stray_audit_files=("/x/audit.config",)), "audit_file", "/x/audit.config"),
-])
+@pytest.mark.parametrize(
+    "fact_change, rule, words",
+    [
+        (dict(dataset_size=24), "dataset", "24 samples"),
+        (dict(engine_kwargs={"enable_prefix_caching": True}), "prefix_caching", "prefix caching"),
+        (dict(sampling={**GREEDY, "temperature": 0.7}), "greedy", "not greedy"),
+        (dict(sampling={**GREEDY, "top_k": 40}), "greedy", "top_k 40"),
+        (dict(sampling={**GREEDY, "max_tokens": 64}), "max_tokens", "max_tokens is 64"),
+        (dict(sampling={**GREEDY, "ignore_eos": True}), "ignore_eos", "ignore_eos"),
+        (dict(stray_audit_files=("/x/audit.config",)), "audit_file", "/x/audit.config"),
+    ],
+)
 def test_each_noncompliant_run_fact_is_named(fact_change, rule, words):
     found = check(compliant_offline(), BENCH, "Offline", facts(**fact_change))
     assert rules(found) == {rule}
@@ -101,9 +131,15 @@ def test_audit_file_is_fine_when_asked():
 
 def test_server_latency_limits_and_default_qps():
     lim = EffectiveSettings(
-        scenario="Server", min_duration_ms=600_000, min_query_count=100,
-        performance_sample_count=13368, seeds=dict(SEEDS), server_target_qps=1.0,
-        ttft_latency_ms=5000.0, tpot_latency_ms=100.0)
+        scenario="Server",
+        min_duration_ms=600_000,
+        min_query_count=100,
+        performance_sample_count=13368,
+        seeds=dict(SEEDS),
+        server_target_qps=1.0,
+        ttft_latency_ms=5000.0,
+        tpot_latency_ms=100.0,
+    )
     found = check(lim, BENCH, "Server", facts())
     assert rules(found) == {"latency_limits", "server_target_qps"}
     advice = [f for f in found if f.rule == "server_target_qps"]
@@ -111,11 +147,15 @@ def test_server_latency_limits_and_default_qps():
 
 
 def test_several_problems_one_line_and_warning_line():
-    eff = replace(compliant_offline(), min_duration_ms=200, min_query_count=16,
-                  performance_sample_count=24, offline_expected_qps=20.0)
+    eff = replace(
+        compliant_offline(),
+        min_duration_ms=200,
+        min_query_count=16,
+        performance_sample_count=24,
+        offline_expected_qps=20.0,
+    )
     found = check(eff, BENCH, "Offline", facts(dataset_size=24))
-    assert rules(found) == {"min_duration", "offline_query", "performance_sample_count",
-                            "dataset"}
+    assert rules(found) == {"min_duration", "offline_query", "performance_sample_count", "dataset"}
     line = warning_line(found)
     assert "\n" not in line and "--submission" in line
 
@@ -139,8 +179,13 @@ _READ_SETTINGS = textwrap.dedent("""
 
 
 def _effective(conf: Path, model: str, scenario: str) -> EffectiveSettings:
-    proc = subprocess.run([sys.executable, "-c", _READ_SETTINGS, str(conf), model, scenario],
-                          capture_output=True, text=True, cwd=REPO, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", _READ_SETTINGS, str(conf), model, scenario],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return EffectiveSettings(**json.loads(proc.stdout.strip().splitlines()[-1]))
 
@@ -149,8 +194,10 @@ def test_effective_values_come_from_loadgen(tmp_path):
     """The reference's own user.conf for 8B: Offline passes nothing but the uncalibrated QPS,
     Server is refused for its 120 s min_duration."""
     ref = tmp_path / "reference_user.conf"
-    ref.write_text("*.Offline.min_duration = 600000\n"
-                   "*.Server.target_qps = 0.5\n*.Server.min_duration = 120000\n")
+    ref.write_text(
+        "*.Offline.min_duration = 600000\n"
+        "*.Server.target_qps = 0.5\n*.Server.min_duration = 120000\n"
+    )
     seeds = reference_seeds()
     assert seeds is not None and set(seeds) == set(SEED_KEYS)
     f = facts(reference_seeds=seeds)
@@ -163,9 +210,11 @@ def test_effective_values_come_from_loadgen(tmp_path):
     # LoadGen reads the seeds from mlperf.conf only: a user.conf seed line is ignored, so the
     # seeds rule guards settings changed in code (pure tests above), not user.confs.
     bad = tmp_path / "bad.conf"
-    bad.write_text("*.*.schedule_rng_seed = 1\n"
-                   "llama3_1-8b.*.performance_sample_count_override = 500\n"
-                   "*.Offline.target_qps = 50\n")
+    bad.write_text(
+        "*.*.schedule_rng_seed = 1\n"
+        "llama3_1-8b.*.performance_sample_count_override = 500\n"
+        "*.Offline.target_qps = 50\n"
+    )
     eff = _effective(bad, "llama3_1-8b", "Offline")
     assert eff.seeds == seeds and eff.offline_expected_qps == 50.0
     assert rules(check(eff, BENCH, "Offline", f)) == {"performance_sample_count"}
@@ -175,18 +224,32 @@ def test_shipped_compliant_confs_pass_preflight():
     """Every user_confs/<benchmark>/<scenario>.conf is compliant except for what calibrate
     sets (Offline expected QPS): nothing else may trip a rule."""
     seeds = reference_seeds()
-    for bench_dir in sorted(p for p in (REPO / "user_confs").iterdir()
-                            if p.is_dir() and p.name not in ("smoke", "examples", "audit")):
+    for bench_dir in sorted(
+        p
+        for p in (REPO / "user_confs").iterdir()
+        if p.is_dir() and p.name not in ("smoke", "examples", "audit")
+    ):
         for conf in sorted(bench_dir.glob("*.conf")):
-            scenario = {"offline": "Offline", "server": "Server", "interactive": "Interactive",
-                        "singlestream": "SingleStream"}[conf.stem]
+            scenario = {
+                "offline": "Offline",
+                "server": "Server",
+                "interactive": "Interactive",
+                "singlestream": "SingleStream",
+            }[conf.stem]
             bench = get_benchmark(bench_dir.name)
             name = bench.loadgen_name_for(scenario)
             lg_scenario = "Server" if scenario == "Interactive" else scenario
             eff = _effective(conf, name, lg_scenario)
-            found = check(eff, get_benchmark(name), scenario,
-                          facts(dataset_size=bench.total_sample_count, reference_seeds=seeds,
-                                sampling={**GREEDY, "max_tokens": bench.sampling.max_tokens}))
+            found = check(
+                eff,
+                get_benchmark(name),
+                scenario,
+                facts(
+                    dataset_size=bench.total_sample_count,
+                    reference_seeds=seeds,
+                    sampling={**GREEDY, "max_tokens": bench.sampling.max_tokens},
+                ),
+            )
             assert rules(found) <= {"offline_expected_qps", "server_target_qps"}, (conf, found)
 
 
@@ -195,16 +258,37 @@ def test_run_submission_refuses_before_engine(tiny_model, tiny_dataset, tmp_path
     engine started (no LoadGen log written); without --submission: it would run (not tested
     here: that starts an engine) and print the same findings as one warning line."""
     out = tmp_path / "run"
-    proc = cli("run", "--benchmark", "llama3_1-8b", "--scenario", "Offline",
-               "--mode", "performance", "--model", str(tiny_model),
-               "--dataset", str(tiny_dataset), "--output", str(out),
-               "--user-conf", str(SMOKE / "offline.conf"), "--no-mlflow", "--submission",
-               "--engine-arg", "enable_prefix_caching=true", timeout=300)
+    proc = cli(
+        "run",
+        "--benchmark",
+        "llama3_1-8b",
+        "--scenario",
+        "Offline",
+        "--mode",
+        "performance",
+        "--model",
+        str(tiny_model),
+        "--dataset",
+        str(tiny_dataset),
+        "--output",
+        str(out),
+        "--user-conf",
+        str(SMOKE / "offline.conf"),
+        "--no-mlflow",
+        "--submission",
+        "--engine-arg",
+        "enable_prefix_caching=true",
+        timeout=300,
+    )
     assert proc.returncode == 2, proc.stderr[-3000:]
     errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
     assert len(errors) == 1 and "Traceback" not in proc.stderr
-    for words in ("min_duration 200 ms", "Offline query has 16 samples", "dataset has 24",
-                  "prefix caching is on"):
+    for words in (
+        "min_duration 200 ms",
+        "Offline query has 16 samples",
+        "dataset has 24",
+        "prefix caching is on",
+    ):
         assert words in errors[0]
     assert not (out / "performance").exists()
     result = json.loads((out / "result.json").read_text())

@@ -14,37 +14,52 @@ from harness.cli import build_parser
 from sut.engine import parse_engine_flags
 
 SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
-ENV = {**os.environ, "MODEL": "/models/m", "DATASET": "/data/d.pkl", "NODE_IP": "10.0.0.1",
-       "HEAD_IP": "10.0.0.2"}
+ENV = {
+    **os.environ,
+    "MODEL": "/models/m",
+    "DATASET": "/data/d.pkl",
+    "NODE_IP": "10.0.0.1",
+    "HEAD_IP": "10.0.0.2",
+}
 
 
 def dry(script: str, *args: str) -> list[str]:
-    proc = subprocess.run(["bash", str(SCRIPTS / script), "--dry-run", *args], env=ENV,
-                          capture_output=True, text=True, timeout=30)
+    proc = subprocess.run(
+        ["bash", str(SCRIPTS / script), "--dry-run", *args],
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert proc.returncode == 0, proc.stderr
     return [line for line in proc.stdout.splitlines() if line.strip()]
 
 
 def parse_run(line: str) -> tuple[object, dict]:
     argv = shlex.split(line)
-    argv = argv[argv.index("run"):]
+    argv = argv[argv.index("run") :]
     args, extra = build_parser().parse_known_args(argv)
     return args, parse_engine_flags(extra)
 
 
 @pytest.mark.parametrize(
     "recipe,bench,tp,pp,dp,engine",
-    [("405b-2node", "llama3_1-405b", 8, 2, None, {"distributed_executor_backend": "ray"}),
-     ("70b-2gpu", "llama2-70b", 2, None, None, {"quantization": "fp8", "kv_cache_dtype": "fp8"}),
-     ("70b-8gpu", "llama2-70b", 2, None, 4, {"quantization": "fp8"}),
-     ("8b-dp2", "llama3_1-8b", None, None, 2, {})],
+    [
+        ("405b-2node", "llama3_1-405b", 8, 2, None, {"distributed_executor_backend": "ray"}),
+        ("70b-2gpu", "llama2-70b", 2, None, None, {"quantization": "fp8", "kv_cache_dtype": "fp8"}),
+        ("70b-8gpu", "llama2-70b", 2, None, 4, {"quantization": "fp8"}),
+        ("8b-dp2", "llama3_1-8b", None, None, 2, {}),
+    ],
 )
 def test_parallel_recipes_produce_valid_commands(recipe, bench, tp, pp, dp, engine):
     (line,) = dry("multinode.sh", recipe, "Offline")
     args, flags = parse_run(line)
     assert args.benchmark == bench and args.scenario == "Offline" and args.mode == "both"
-    assert (args.tensor_parallel_size, args.pipeline_parallel_size,
-            args.data_parallel_size) == (tp, pp, dp)
+    assert (args.tensor_parallel_size, args.pipeline_parallel_size, args.data_parallel_size) == (
+        tp,
+        pp,
+        dp,
+    )
     for k, v in engine.items():
         assert flags[k] == v
     assert args.allow_pickle  # the 70B / 405B datasets are pickles
@@ -67,6 +82,11 @@ def test_run_scripts_pass_engine_flags_through(script):
 
 def test_missing_model_is_a_clear_error():
     env = {k: v for k, v in ENV.items() if k != "MODEL"}
-    proc = subprocess.run(["bash", str(SCRIPTS / "multinode.sh"), "--dry-run", "8b-dp2"],
-                          env=env, capture_output=True, text=True, timeout=30)
+    proc = subprocess.run(
+        ["bash", str(SCRIPTS / "multinode.sh"), "--dry-run", "8b-dp2"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert proc.returncode == 2 and "set MODEL" in proc.stderr

@@ -17,8 +17,10 @@ from harness.errors import UsageError
 
 
 def test_sanitize_key_keeps_valid_names_and_fixes_bad_ones():
-    assert tracking.sanitize_key("result_99.00_percentile_latency_ns") == \
-        "result_99.00_percentile_latency_ns"
+    assert (
+        tracking.sanitize_key("result_99.00_percentile_latency_ns")
+        == "result_99.00_percentile_latency_ns"
+    )
     assert tracking.sanitize_key("engine.kv-cache dtype") == "engine.kv-cache dtype"
     assert tracking.sanitize_key("a:b{c}") == "a_b_c_"
     assert ".." not in tracking.sanitize_key("../../etc/passwd")
@@ -39,8 +41,11 @@ def test_resolve_tracking_precedence(tmp_path, monkeypatch):
     cfg = tracking.resolve_tracking(none, environ={})
     assert cfg.uri == f"sqlite:///{tmp_path.resolve()}/mlflow.db"
     assert cfg.experiment == "mlperf-vllm" and cfg.enabled and cfg.parent_run_id is None
-    env = {"MLFLOW_TRACKING_URI": "http://127.0.0.1:1", "MLFLOW_EXPERIMENT_NAME": "e",
-           tracking.PARENT_ENV: "abc"}
+    env = {
+        "MLFLOW_TRACKING_URI": "http://127.0.0.1:1",
+        "MLFLOW_EXPERIMENT_NAME": "e",
+        tracking.PARENT_ENV: "abc",
+    }
     cfg = tracking.resolve_tracking(none, environ=env)
     assert (cfg.uri, cfg.experiment, cfg.parent_run_id) == ("http://127.0.0.1:1", "e", "abc")
     explicit = Namespace(mlflow_uri="http://127.0.0.1:2", experiment="x", no_mlflow=True)
@@ -49,11 +54,18 @@ def test_resolve_tracking_precedence(tmp_path, monkeypatch):
 
 
 def test_performance_metrics_names_and_units():
-    perf = {"validity": "INVALID", "tokens_per_second": 10.0, "samples_per_second": 2.0,
-            "duration_s": 3.0, "early_stopping_met": False,
-            "metrics": {"result_first_token_99.00_percentile_latency_ns": 5e6,
-                        "result_time_per_output_token_50.00_percentile_ns": 2e5,
-                        "result_99.90_percentile_latency_ns": 7e9}}
+    perf = {
+        "validity": "INVALID",
+        "tokens_per_second": 10.0,
+        "samples_per_second": 2.0,
+        "duration_s": 3.0,
+        "early_stopping_met": False,
+        "metrics": {
+            "result_first_token_99.00_percentile_latency_ns": 5e6,
+            "result_time_per_output_token_50.00_percentile_ns": 2e5,
+            "result_99.90_percentile_latency_ns": 7e9,
+        },
+    }
     m = tracking.performance_metrics(perf)
     assert m["valid"] == 0.0 and m["early_stopping_met"] == 0.0
     assert m["ttft_p99_ms"] == 5.0 and m["tpot_p50_ms"] == 0.2 and m["latency_p999_ms"] == 7000
@@ -76,15 +88,32 @@ def test_sqlite_store_in_a_missing_folder_is_a_clear_error(tmp_path):
         tracking.check_reachable(cfg)
 
 
-def test_cli_run_with_unreachable_server_exits_2_before_any_engine(tiny_model, tiny_dataset,
-                                                                   tmp_path):
+def test_cli_run_with_unreachable_server_exits_2_before_any_engine(
+    tiny_model, tiny_dataset, tmp_path
+):
     uri = f"http://127.0.0.1:{free_port()}"
     out = tmp_path / "out"
     t0 = time.monotonic()
-    proc = cli("run", "--benchmark", "llama3_1-8b", "--scenario", "Offline",
-               "--mode", "performance", "--model", str(tiny_model),
-               "--dataset", str(tiny_dataset), "--output", str(out),
-               "--user-conf", str(SMOKE / "offline.conf"), "--mlflow-uri", uri, timeout=120)
+    proc = cli(
+        "run",
+        "--benchmark",
+        "llama3_1-8b",
+        "--scenario",
+        "Offline",
+        "--mode",
+        "performance",
+        "--model",
+        str(tiny_model),
+        "--dataset",
+        str(tiny_dataset),
+        "--output",
+        str(out),
+        "--user-conf",
+        str(SMOKE / "offline.conf"),
+        "--mlflow-uri",
+        uri,
+        timeout=120,
+    )
     elapsed = time.monotonic() - t0
     assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
@@ -129,8 +158,9 @@ def test_tracked_run_lifecycles_on_the_embedded_store(sqlite_cfg, tmp_path):
 
     # A crash after the run wrote files: FAILED, error tag, the files it wrote are logged.
     with pytest.raises(RuntimeError), tracking.tracked_run(cfg, "boom", output_dir=out) as bad:
-        (out / "result.json").write_text(json.dumps(
-            {"status": "failed", "benchmark": "llama3_1-8b", "error": "RuntimeError: x"}))
+        (out / "result.json").write_text(
+            json.dumps({"status": "failed", "benchmark": "llama3_1-8b", "error": "RuntimeError: x"})
+        )
         (out / "performance").mkdir()
         (out / "performance" / "mlperf_log_summary.txt").write_text("Result is : VALID\n")
         raise RuntimeError("engine died")
@@ -168,17 +198,20 @@ def test_stale_files_of_an_earlier_run_are_not_logged(sqlite_cfg, tmp_path):
 
 def test_sweep_parent_and_children(sqlite_cfg):
     client = _client(sqlite_cfg)
-    with tracking.start_parent(sqlite_cfg, "sweep max_num_seqs",
-                               params={"knob": "max_num_seqs"}) as parent:
+    with tracking.start_parent(
+        sqlite_cfg, "sweep max_num_seqs", params={"knob": "max_num_seqs"}
+    ) as parent:
         for value in (64, 128):
-            with tracking.child(parent, f"max_num_seqs={value}",
-                                params={"engine.max_num_seqs": value}) as point:
+            with tracking.child(
+                parent, f"max_num_seqs={value}", params={"engine.max_num_seqs": value}
+            ) as point:
                 point.log_metrics({"tokens_per_second": value * 1.5})
         env = parent.child_env()
     assert env[tracking.PARENT_ENV] == parent.run_id
     assert env["MLFLOW_TRACKING_URI"] == sqlite_cfg.uri
     children = client.search_runs(
-        [parent.experiment_id], f"tags.`mlflow.parentRunId` = '{parent.run_id}'")
+        [parent.experiment_id], f"tags.`mlflow.parentRunId` = '{parent.run_id}'"
+    )
     assert sorted(r.data.params["engine.max_num_seqs"] for r in children) == ["128", "64"]
     assert all(r.info.status == "FINISHED" for r in children)
     # A subprocess given child_env() resolves the parent from the environment.
@@ -199,6 +232,5 @@ def test_disabled_tracking_logs_nothing_but_keeps_environment(tmp_path, monkeypa
 
 
 def test_log_run_of_a_folder_without_result_json_is_a_usage_error(tmp_path):
-    proc = cli("log-run", str(tmp_path), "--mlflow-uri", f"sqlite:///{tmp_path}/m.db",
-               timeout=120)
+    proc = cli("log-run", str(tmp_path), "--mlflow-uri", f"sqlite:///{tmp_path}/m.db", timeout=120)
     assert proc.returncode == 2 and "result.json" in proc.stderr

@@ -41,10 +41,28 @@ def _run_id(proc) -> str:
 @pytest.fixture(scope="module")
 def logged_run(server, tiny_model, tiny_dataset, tmp_path_factory):
     out = tmp_path_factory.mktemp("tracked") / "out"
-    proc = cli("run", "--benchmark", "llama3_1-8b", "--scenario", "Offline", "--mode", "both",
-               "--model", str(tiny_model), "--dataset", str(tiny_dataset), "--output", str(out),
-               "--user-conf", str(SMOKE / "offline.conf"), "--no-progress",
-               "--mlflow-uri", server, "--experiment", "tracking-e2e")
+    proc = cli(
+        "run",
+        "--benchmark",
+        "llama3_1-8b",
+        "--scenario",
+        "Offline",
+        "--mode",
+        "both",
+        "--model",
+        str(tiny_model),
+        "--dataset",
+        str(tiny_dataset),
+        "--output",
+        str(out),
+        "--user-conf",
+        str(SMOKE / "offline.conf"),
+        "--no-progress",
+        "--mlflow-uri",
+        server,
+        "--experiment",
+        "tracking-e2e",
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     return out, _run_id(proc)
 
@@ -60,7 +78,8 @@ def _artifacts(client, run_id: str, path: str | None = None) -> set[str]:
 
 
 def test_run_is_logged_with_params_metrics_validity_verdict_and_artifacts(
-        logged_run, client, tiny_model, tiny_dataset, tmp_path):
+    logged_run, client, tiny_model, tiny_dataset, tmp_path
+):
     out, run_id = logged_run
     result = json.loads((out / "result.json").read_text())
     run = client.get_run(run_id)
@@ -107,13 +126,21 @@ def test_run_is_logged_with_params_metrics_validity_verdict_and_artifacts(
 
     # Files.
     names = _artifacts(client, run_id)
-    assert {"result.json", "environment.json", "inputs/user.conf",
-            "performance/mlperf_log_summary.txt", "performance/mlperf_log_detail.txt",
-            "accuracy/mlperf_log_summary.txt", "accuracy/mlperf_log_detail.txt",
-            "accuracy/mlperf_log_accuracy.json", "accuracy/accuracy.json",
-            "accuracy/accuracy.txt"} <= names, names
-    got = Path(client.download_artifacts(run_id, "performance/mlperf_log_summary.txt",
-                                         str(tmp_path)))
+    assert {
+        "result.json",
+        "environment.json",
+        "inputs/user.conf",
+        "performance/mlperf_log_summary.txt",
+        "performance/mlperf_log_detail.txt",
+        "accuracy/mlperf_log_summary.txt",
+        "accuracy/mlperf_log_detail.txt",
+        "accuracy/mlperf_log_accuracy.json",
+        "accuracy/accuracy.json",
+        "accuracy/accuracy.txt",
+    } <= names, names
+    got = Path(
+        client.download_artifacts(run_id, "performance/mlperf_log_summary.txt", str(tmp_path))
+    )
     assert got.read_text() == (out / "performance" / "mlperf_log_summary.txt").read_text()
     got = Path(client.download_artifacts(run_id, "inputs/user.conf", str(tmp_path)))
     assert got.read_text() == (SMOKE / "offline.conf").read_text()
@@ -121,8 +148,7 @@ def test_run_is_logged_with_params_metrics_validity_verdict_and_artifacts(
 
 def test_log_run_relogs_a_finished_folder(logged_run, server, client):
     out, first_id = logged_run
-    proc = cli("log-run", str(out), "--mlflow-uri", server, "--experiment", "relogged",
-               timeout=300)
+    proc = cli("log-run", str(out), "--mlflow-uri", server, "--experiment", "relogged", timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     exp = client.get_experiment_by_name("relogged")
     (again,) = client.search_runs([exp.experiment_id])
@@ -140,8 +166,13 @@ def test_log_run_to_the_embedded_default_store(logged_run, tmp_path):
 
     out, _ = logged_run
     # Empty means unset for resolve_tracking: the default store in the working directory.
-    proc = cli("log-run", str(out), cwd=tmp_path, timeout=300,
-               env={"MLFLOW_TRACKING_URI": "", "MLFLOW_EXPERIMENT_NAME": ""})
+    proc = cli(
+        "log-run",
+        str(out),
+        cwd=tmp_path,
+        timeout=300,
+        env={"MLFLOW_TRACKING_URI": "", "MLFLOW_EXPERIMENT_NAME": ""},
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     assert (tmp_path / "mlflow.db").is_file()
     local = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
@@ -153,11 +184,24 @@ def test_log_run_to_the_embedded_default_store(logged_run, tmp_path):
 
 def test_evaluate_is_logged(logged_run, server, client, tiny_model, tiny_dataset, tmp_path):
     out, _ = logged_run
-    proc = cli("evaluate", "--benchmark", "llama3_1-8b",
-               "--accuracy-log", str(out / "accuracy" / "mlperf_log_accuracy.json"),
-               "--dataset", str(tiny_dataset), "--tokenizer", str(tiny_model),
-               "--output", str(tmp_path), "--mlflow-uri", server, "--experiment", "evaluate",
-               timeout=300)
+    proc = cli(
+        "evaluate",
+        "--benchmark",
+        "llama3_1-8b",
+        "--accuracy-log",
+        str(out / "accuracy" / "mlperf_log_accuracy.json"),
+        "--dataset",
+        str(tiny_dataset),
+        "--tokenizer",
+        str(tiny_model),
+        "--output",
+        str(tmp_path),
+        "--mlflow-uri",
+        server,
+        "--experiment",
+        "evaluate",
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     run = client.get_run(_run_id(proc))
     doc = json.loads((tmp_path / "accuracy.json").read_text())
@@ -169,17 +213,37 @@ def test_evaluate_is_logged(logged_run, server, client, tiny_model, tiny_dataset
     assert {"accuracy.json", "accuracy.txt", "mlperf_log_accuracy.json"} <= names
 
 
-def test_a_failing_run_ends_failed_with_partial_artifacts(server, client, tiny_model,
-                                                          tiny_dataset, tmp_path):
+def test_a_failing_run_ends_failed_with_partial_artifacts(
+    server, client, tiny_model, tiny_dataset, tmp_path
+):
     # A real fault: vLLM rejects this value when it builds the engine config, after the
     # harness has validated inputs and written result.json.
     out = tmp_path / "out"
-    proc = cli("run", "--benchmark", "llama3_1-8b", "--scenario", "Offline",
-               "--mode", "performance", "--model", str(tiny_model),
-               "--dataset", str(tiny_dataset), "--output", str(out),
-               "--user-conf", str(SMOKE / "offline.conf"), "--no-progress",
-               "--engine-arg", "gpu_memory_utilization=1.5",
-               "--mlflow-uri", server, "--experiment", "failing", timeout=600)
+    proc = cli(
+        "run",
+        "--benchmark",
+        "llama3_1-8b",
+        "--scenario",
+        "Offline",
+        "--mode",
+        "performance",
+        "--model",
+        str(tiny_model),
+        "--dataset",
+        str(tiny_dataset),
+        "--output",
+        str(out),
+        "--user-conf",
+        str(SMOKE / "offline.conf"),
+        "--no-progress",
+        "--engine-arg",
+        "gpu_memory_utilization=1.5",
+        "--mlflow-uri",
+        server,
+        "--experiment",
+        "failing",
+        timeout=600,
+    )
     assert proc.returncode not in (0, 2), proc.stdout[-2000:] + proc.stderr[-3000:]
     run = client.get_run(_run_id(proc))
     assert run.info.status == "FAILED"
