@@ -40,6 +40,7 @@ from harness.settings import (
     cap_performance_sample_count,
     set_mode,
 )
+from sut.engine import describe_error
 
 log = logging.getLogger(__name__)
 
@@ -292,7 +293,7 @@ def run(
             run_loadgen_test(lg, sut, qsl, settings, log_settings, audit, mode)
             if sut.error is not None:
                 raise EngineFailure(
-                    f"vLLM engine failed during the {mode} test: {_describe_error(sut.error)}"
+                    f"vLLM engine failed during the {mode} test: {describe_error(sut.error)}"
                 )
             if mode == "performance":
                 result["performance"] = performance_result(log_dir).to_dict()
@@ -336,14 +337,6 @@ class EngineFailure(RuntimeError):
     """The engine died or failed a request during a LoadGen test (the run's results are void)."""
 
 
-def _describe_error(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}".rstrip(": ")
-    cause = exc.__cause__ or exc.__context__
-    if cause is not None and cause is not exc:
-        text += f" (caused by {type(cause).__name__}: {cause})"
-    return text
-
-
 def loadgen_still_running() -> bool:
     """True while an abandoned LoadGen test thread of this process is alive."""
     return any(t.name == LOADGEN_THREAD and t.is_alive() for t in threading.enumerate())
@@ -378,7 +371,7 @@ def run_loadgen_test(
         failed_at = failed_at or time.monotonic()
         if time.monotonic() - failed_at > ENGINE_FAILURE_GRACE_S:
             raise EngineFailure(
-                f"vLLM engine failed during the {mode} test: {_describe_error(sut.error)}"
+                f"vLLM engine failed during the {mode} test: {describe_error(sut.error)}"
             )
     thread.join()
     if failure:

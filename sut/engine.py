@@ -31,6 +31,15 @@ class EngineArgError(ValueError):
     """An engine argument vLLM does not know or cannot parse (one clear line)."""
 
 
+def describe_error(exc: BaseException) -> str:
+    """`Type: message`, with the underlying cause when vLLM wraps it (EngineGenerateError)."""
+    text = f"{type(exc).__name__}: {exc}".rstrip(": ")
+    cause = exc.__cause__ or exc.__context__
+    if cause is not None and cause is not exc:
+        text += f" (caused by {type(cause).__name__}: {cause})"
+    return text
+
+
 def has_nvidia_gpu() -> bool:
     """True when this machine has an NVIDIA GPU that CUDA can see, without importing torch."""
     if os.environ.get("CUDA_VISIBLE_DEVICES", None) == "":

@@ -48,6 +48,7 @@ from typing import Any
 
 import mlperf_loadgen as lg
 
+from sut.engine import describe_error
 from sut.offline import _Progress
 from sut.responses import complete_first_tokens, complete_samples
 
@@ -290,7 +291,7 @@ class ServerSUT:
     def _set_error(self, exc: BaseException) -> None:
         if self.error is None:
             self.error = exc
-            log.error("vLLM engine failed: %s", _describe(exc))
+            log.error("vLLM engine failed: %s", describe_error(exc))
 
     def _queue_first(self, rid: int, tokens: Sequence[int]) -> None:
         self._first.append((rid, tokens))
@@ -367,7 +368,7 @@ class ServerSUT:
                 try:
                     self._call(self._close(), timeout=ENGINE_SHUTDOWN_TIMEOUT_S)
                 except (concurrent.futures.TimeoutError, RuntimeError) as exc:
-                    log.error("engine shutdown did not finish cleanly: %s", _describe(exc))
+                    log.error("engine shutdown did not finish cleanly: %s", describe_error(exc))
             self._closed = True
             with contextlib.suppress(RuntimeError):
                 self._loop.call_soon_threadsafe(self._loop.stop)
@@ -437,16 +438,3 @@ def _engine_dead_error(engine: Any) -> BaseException:
     if isinstance(err, BaseException):
         return err
     return RuntimeError("the vLLM engine stopped (its process exited)")
-
-
-def _describe(exc: BaseException) -> str:
-    """`Type: message`, with the underlying cause when vLLM wraps it (EngineGenerateError)."""
-    text = f"{type(exc).__name__}: {exc}".rstrip(": ")
-    cause = exc.__cause__ or exc.__context__
-    if cause is not None and cause is not exc:
-        text += f" (caused by {type(cause).__name__}: {cause})"
-    return text
-
-
-def describe_error(exc: BaseException) -> str:
-    return _describe(exc)
