@@ -285,7 +285,7 @@ def test_run_submission_refuses_before_engine(tiny_model, tiny_dataset, tmp_path
     assert len(errors) == 1 and "Traceback" not in proc.stderr
     for words in (
         "min_duration 200 ms",
-        "Offline query has 16 samples",
+        "Offline query has 64 samples",
         "dataset has 24",
         "prefix caching is on",
     ):
