@@ -177,7 +177,11 @@ def calibrate(req: CalibrateRequest) -> Path:
     base = req.user_conf.read_text() if req.user_conf else ""
     text = conf_key_lines(base, keys) if base else ""
     conf = req.output / "user.conf"
-    conf.write_text(text + "\n".join(block) + "\n")
+    # A base conf opens with "COMPLIANT"; a demo-sized result must say otherwise on line one.
+    banner = ""
+    if any(line.startswith("# NOT COMPLIANT") for line in block):
+        banner = "# NOT COMPLIANT (demo calibration): see the NOT COMPLIANT lines at the end.\n"
+    conf.write_text(banner + text + "\n".join(block) + "\n")
     print("\n".join(line for line in block if line.startswith("#")))
     print(f"user.conf written: {conf}")
     return conf

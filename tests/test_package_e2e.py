@@ -149,6 +149,7 @@ def test_calibrated_conf_meets_min_duration(calibrated, offline):
     assert "llama3_1-8b.Offline.target_qps = " in text
     assert "# measured:" in text and "samples/s" in text and "COMPLIANT user.conf" in text
     assert "llama3_1-8b.Offline.min_duration = 3000" in text and "NOT COMPLIANT" in text
+    assert text.startswith("# NOT COMPLIANT")  # a demo conf says so on its first line
     lines = [ln for ln in text.splitlines() if ln.startswith("llama3_1-8b.Offline.target_qps = ")]
     assert len(lines) == 1
     qps = float(lines[0].split("= ")[1])
