@@ -17,9 +17,7 @@ from tests.conftest import cli
 pytestmark = pytest.mark.e2e
 
 
-def test_interactive_calibration_writes_the_highest_passing_qps(
-    tiny_model, tiny_dataset, tmp_path
-):
+def test_interactive_calibration_writes_the_highest_passing_qps(tiny_model, tiny_dataset, tmp_path):
     out = tmp_path / "cal"
     proc = cli(
         "calibrate",
