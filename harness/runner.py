@@ -120,6 +120,8 @@ def prepare(req: RunRequest) -> PreparedRun:
             "compliance test's audit.config"
         )
     need_targets = "accuracy" in req.modes() and req.evaluate
+    if need_targets:
+        _require_punkt(req.nltk_data)
     dataset = load_dataset(
         req.dataset, bench, allow_pickle=req.allow_pickle, need_targets=need_targets
     )
@@ -395,6 +397,20 @@ def _add_latency_fields(perf: dict[str, Any], log_dir: Path) -> None:
         if text and "successful" not in text.lower():
             failed.append(f"{key.split('_')[2].upper()} early stopping: {text}")
     perf["failed_constraints"] = failed if perf.get("validity") != "VALID" else []
+
+
+def _require_punkt(nltk_data: Path | None) -> None:
+    """An accuracy run scores its log at the end: find NLTK's punkt before the engine starts,
+    not after an hour of generation."""
+    from evaluation.errors import EvaluationError
+    from evaluation.sentences import find_punkt_directory
+
+    try:
+        find_punkt_directory(nltk_data)
+    except EvaluationError as exc:
+        raise UsageError(
+            f"{exc}; or pass --no-evaluate and score the log later with `mlperf-vllm evaluate`"
+        ) from None
 
 
 def _evaluate(prep: PreparedRun, acc_dir: Path) -> dict[str, Any]:

@@ -76,7 +76,7 @@ finish() {
   local i failed=0
   for i in "${!STEPS[@]}"; do
     printf '%-12s %-16s %s\n' "${STEPS[$i]}" "${VERDICTS[$i]}" "${DETAILS[$i]}"
-    [ "${VERDICTS[$i]}" = PASS ] || failed=1
+    case "${VERDICTS[$i]}" in PASS | SKIPPED) ;; *) failed=1 ;; esac
   done
   echo
   if [ $failed -eq 0 ]; then
@@ -97,7 +97,7 @@ else
       --scenario "$SCENARIO" --model "$MODEL" --dataset "$DATASET" --output "$OUT/calibrate" \
       $CALIBRATE_ARGS $RUN_ARGS; then
     CONF=$OUT/calibrate/user.conf
-    DETAILS[${#DETAILS[@]}-1]="$(grep -m1 -E '\.target_qps = ' "$CONF")"
+    DETAILS[${#DETAILS[@]}-1]="$(grep -m1 -E '^[^#].*\.target_qps = ' "$CONF")"
   else
     finish
   fi
@@ -116,7 +116,11 @@ if run_mode accuracy "$OUT/accuracy" accuracy $SUBMISSION_FLAG; then
   R=$OUT/accuracy/result.json
   A=$(json_field "$R" "r['accuracy'].get('verdict')")
   [ "$A" = PASS ] || VERDICTS[${#VERDICTS[@]}-1]="FAIL ($A)"
-  DETAILS[${#DETAILS[@]}-1]="accuracy $A ($OUT/accuracy/accuracy/accuracy.txt)"
+  if [ "$A" = None ]; then  # not scored: say why (e.g. NLTK data missing)
+    DETAILS[${#DETAILS[@]}-1]="not scored: $(json_field "$R" "r['accuracy'].get('evaluation_error')")"
+  else
+    DETAILS[${#DETAILS[@]}-1]="accuracy $A ($OUT/accuracy/accuracy/accuracy.txt)"
+  fi
 fi
 
 # 4. TEST06: a performance-mode run under the audit config, then the three checks

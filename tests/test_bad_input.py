@@ -96,6 +96,20 @@ def test_missing_target_column_in_accuracy_mode(capsys, tiny_model, good_rows, t
     assert_one_clear_line(code, err, "'output'")
 
 
+def test_accuracy_run_without_punkt_stops_before_the_engine(
+    capsys, tiny_model, tiny_dataset, tmp_path
+):
+    """Scoring runs after the whole accuracy run: missing NLTK data must stop it up front."""
+    empty = tmp_path / "no-nltk"
+    empty.mkdir()
+    out = tmp_path / "o"
+    args = offline_args(tiny_model, tiny_dataset, out, "--nltk-data", str(empty))
+    args[args.index("performance")] = "both"
+    code, err = run_cli(capsys, *args)
+    assert_one_clear_line(code, err, "punkt_tab", str(empty), "--no-evaluate")
+    assert not (out / "performance").exists() and not (out / "accuracy").exists()
+
+
 def test_empty_dataset(capsys, tiny_model, tmp_path):
     code, err = run_cli(
         capsys, *offline_args(tiny_model, write_records(tmp_path / "e.json", []), tmp_path / "o")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -90,3 +91,46 @@ def test_missing_model_is_a_clear_error():
         timeout=30,
     )
     assert proc.returncode == 2 and "set MODEL" in proc.stderr
+
+
+def _certify(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
+    full = {
+        **os.environ,
+        "MODEL": str(tmp_path / "no-such-model"),
+        "DATASET": str(tmp_path / "d.json"),
+        "OUT": str(tmp_path / "cert"),
+        "MLPERF_VLLM": f"{sys.executable} -m harness.cli",
+        **env,
+    }
+    return subprocess.run(
+        ["bash", str(SCRIPTS / "certify.sh"), "llama3_1-8b", "Offline"],
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=str(SCRIPTS.parent),
+    )
+
+
+def test_certify_stops_at_a_failed_calibration_and_names_it(tmp_path):
+    proc = _certify(tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    rows = [ln.split() for ln in proc.stdout.splitlines() if ln.startswith("calibrate ")]
+    assert rows and rows[0][1] == "FAIL" and "does not exist" in proc.stdout
+    assert "performance " not in proc.stdout  # nothing ran after the failed step
+    assert "VERDICT: NOT READY" in proc.stdout
+
+
+def test_certify_table_lists_every_step_with_a_given_conf(tmp_path):
+    """USER_CONF skips calibration (SKIPPED is not a failure); each later step fails on the
+    missing model with its own one-line error, and the table says so step by step."""
+    conf = SCRIPTS.parent / "user_confs" / "smoke" / "offline.conf"
+    proc = _certify(tmp_path, USER_CONF=str(conf), SUBMISSION_FLAG="")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    table = {ln.split()[0]: ln for ln in proc.stdout.splitlines() if ln[:1].isalpha()}
+    assert table["calibrate"].split()[1] == "SKIPPED"
+    for step in ("performance", "accuracy", "test06-run"):
+        assert "FAIL (exit 2)" in table[step] and "does not exist" in table[step], table[step]
+    assert "FAIL (exit 2)" in table["package"]
+    assert "test06" not in table and "check" not in table  # their inputs never existed
+    assert "VERDICT: NOT READY" in proc.stdout
