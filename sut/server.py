@@ -49,7 +49,7 @@ from typing import Any
 import mlperf_loadgen as lg
 
 from sut.engine import describe_error
-from sut.offline import _Progress
+from sut.offline import SUTStats, _Progress
 from sut.responses import complete_first_tokens, complete_samples
 
 log = logging.getLogger(__name__)
@@ -62,12 +62,9 @@ SERVER_ENGINE_DEFAULTS: Mapping[str, Any] = {"disable_log_stats": True}
 
 
 @dataclass
-class ServerStats:
+class ServerStats(SUTStats):
     """What the SUT saw, JSON-able through `vars()` (the runner stores it as `sut_stats`)."""
 
-    issued: int = 0
-    completed: int = 0
-    output_tokens: int = 0
     in_flight: int = 0
     peak_in_flight: int = 0  # most samples issued and not yet completed at one moment
     engine_in_flight: int = 0
@@ -80,13 +77,6 @@ class ServerStats:
     failed_samples: int = 0  # completed without a (full) generation: engine error or shutdown
     loadgen_first_token_calls: int = 0
     loadgen_complete_calls: int = 0
-    first_issue_s: float = 0.0
-    last_complete_s: float = 0.0
-
-    @property
-    def tokens_per_second(self) -> float:
-        span = self.last_complete_s - self.first_issue_s
-        return self.output_tokens / span if span > 0 else 0.0
 
 
 class ServerSUT:

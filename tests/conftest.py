@@ -65,32 +65,56 @@ def cli(
     )
 
 
+def run_args(
+    model: Path,
+    dataset: Path,
+    out: Path,
+    conf: Path,
+    *extra: str,
+    benchmark: str = "llama3_1-8b",
+    scenario: str = "Offline",
+    mode: str = "performance",
+    mlflow: bool = False,
+) -> list[str]:
+    """`run` arguments for a tiny-model run: no progress bar, no MLflow unless asked, `extra`."""
+    return [
+        "run",
+        "--benchmark",
+        benchmark,
+        "--scenario",
+        scenario,
+        "--mode",
+        mode,
+        "--model",
+        str(model),
+        "--dataset",
+        str(dataset),
+        "--output",
+        str(out),
+        "--user-conf",
+        str(conf),
+        *([] if mlflow else ["--no-mlflow"]),
+        "--no-progress",
+        *extra,
+    ]
+
+
 @pytest.fixture(scope="session")
 def offline_run(tiny_model, tiny_dataset, tmp_path_factory):
     """One real Offline run (performance + accuracy) shared by the tests that inspect it."""
     out = tmp_path_factory.mktemp("offline-run")
     proc = cli(
-        "run",
-        "--benchmark",
-        "llama3_1-8b",
-        "--scenario",
-        "Offline",
-        "--mode",
-        "both",
-        "--model",
-        str(tiny_model),
-        "--dataset",
-        str(tiny_dataset),
-        "--output",
-        str(out),
-        "--user-conf",
-        str(SMOKE / "offline.conf"),
-        "--no-mlflow",
-        "--no-progress",
-        # float32: the answer-per-sample check compares with a direct generation token by
-        # token, and bf16 near-ties on random weights could flip with batch composition.
-        "--engine-arg",
-        "dtype=float32",
+        *run_args(
+            tiny_model,
+            tiny_dataset,
+            out,
+            SMOKE / "offline.conf",
+            # float32: the answer-per-sample check compares with a direct generation token by
+            # token, and bf16 near-ties on random weights could flip with batch composition.
+            "--engine-arg",
+            "dtype=float32",
+            mode="both",
+        )
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     return out, proc

@@ -17,7 +17,7 @@ import pytest
 
 from harness.logs import DETAIL_LOG, parse_detail_log
 from harness.package import check_submission_tree
-from tests.conftest import REPO, SMOKE, cli
+from tests.conftest import REPO, SMOKE, cli, run_args
 
 pytestmark = pytest.mark.e2e
 
@@ -34,26 +34,17 @@ SYSTEM_FIELDS = (
 
 def _run(model, dataset, out, scenario, conf, mode, *extra):
     proc = cli(
-        "run",
-        "--benchmark",
-        "llama3_1-8b",
-        "--scenario",
-        scenario,
-        "--mode",
-        mode,
-        "--model",
-        str(model),
-        "--dataset",
-        str(dataset),
-        "--output",
-        str(out),
-        "--user-conf",
-        str(conf),
-        "--no-mlflow",
-        "--no-progress",
-        "--max-tokens",
-        MAX_TOKENS,
-        *extra,
+        *run_args(
+            model,
+            dataset,
+            out,
+            conf,
+            "--max-tokens",
+            MAX_TOKENS,
+            *extra,
+            scenario=scenario,
+            mode=mode,
+        )
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from tests.conftest import SMOKE, cli
+from tests.conftest import SMOKE, cli, run_args
 
 pytestmark = pytest.mark.e2e
 
@@ -16,29 +16,19 @@ pytestmark = pytest.mark.e2e
 def test_offline_data_parallel_2_is_valid_and_recorded(tiny_model, tiny_dataset, tmp_path):
     out = tmp_path / "dp2"
     proc = cli(
-        "run",
-        "--benchmark",
-        "llama3_1-8b",
-        "--scenario",
-        "Offline",
-        "--mode",
-        "both",
-        "--model",
-        str(tiny_model),
-        "--dataset",
-        str(tiny_dataset),
-        "--output",
-        str(out),
-        "--user-conf",
-        str(SMOKE / "offline.conf"),
-        "--no-mlflow",
-        "--no-progress",
-        "--no-evaluate",
-        "--data-parallel-size",
-        "2",
-        # Long enough that two engines cannot finish the smoke query inside its 200 ms minimum.
-        "--max-tokens",
-        "64",
+        *run_args(
+            tiny_model,
+            tiny_dataset,
+            out,
+            SMOKE / "offline.conf",
+            "--no-evaluate",
+            "--data-parallel-size",
+            "2",
+            # Long enough that two engines cannot finish the smoke query inside its 200 ms minimum.
+            "--max-tokens",
+            "64",
+            mode="both",
+        )
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     result = json.loads((out / "result.json").read_text())

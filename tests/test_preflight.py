@@ -28,7 +28,7 @@ from harness.preflight import (
     stray_audit_files,
     warning_line,
 )
-from tests.conftest import REPO, SMOKE, cli
+from tests.conftest import REPO, SMOKE, cli, run_args
 
 BENCH = get_benchmark("llama3_1-8b")
 SEEDS = {"qsl_rng_seed": 11, "sample_index_rng_seed": 22, "schedule_rng_seed": 33}
@@ -259,25 +259,15 @@ def test_run_submission_refuses_before_engine(tiny_model, tiny_dataset, tmp_path
     here: that starts an engine) and print the same findings as one warning line."""
     out = tmp_path / "run"
     proc = cli(
-        "run",
-        "--benchmark",
-        "llama3_1-8b",
-        "--scenario",
-        "Offline",
-        "--mode",
-        "performance",
-        "--model",
-        str(tiny_model),
-        "--dataset",
-        str(tiny_dataset),
-        "--output",
-        str(out),
-        "--user-conf",
-        str(SMOKE / "offline.conf"),
-        "--no-mlflow",
-        "--submission",
-        "--engine-arg",
-        "enable_prefix_caching=true",
+        *run_args(
+            tiny_model,
+            tiny_dataset,
+            out,
+            SMOKE / "offline.conf",
+            "--submission",
+            "--engine-arg",
+            "enable_prefix_caching=true",
+        ),
         timeout=300,
     )
     assert proc.returncode == 2, proc.stderr[-3000:]

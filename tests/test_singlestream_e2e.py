@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from tests.conftest import SMOKE, cli
+from tests.conftest import SMOKE, cli, run_args
 
 pytestmark = pytest.mark.e2e
 
@@ -21,27 +21,18 @@ def test_singlestream_edge_run_is_valid_one_query_at_a_time(tiny_model, tiny_dat
 
     out = tmp_path / "edge"
     proc = cli(
-        "run",
-        "--benchmark",
-        "llama3_1-8b-edge",
-        "--scenario",
-        "SingleStream",
-        "--mode",
-        "both",
-        "--model",
-        str(tiny_model),
-        "--dataset",
-        str(tiny_dataset),
-        "--output",
-        str(out),
-        "--user-conf",
-        str(SMOKE / "singlestream.conf"),
-        "--no-mlflow",
-        "--no-progress",
-        "--no-evaluate",
-        "--max-tokens",
-        "32",
-        timeout=900,
+        *run_args(
+            tiny_model,
+            tiny_dataset,
+            out,
+            SMOKE / "singlestream.conf",
+            "--no-evaluate",
+            "--max-tokens",
+            "32",
+            benchmark="llama3_1-8b-edge",
+            scenario="SingleStream",
+            mode="both",
+        )
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     result = json.loads((out / "result.json").read_text())

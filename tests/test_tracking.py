@@ -9,7 +9,7 @@ import os
 import time
 
 import pytest
-from conftest import SMOKE, cli
+from conftest import SMOKE, cli, run_args
 from mlflow_server import free_port
 
 from harness import tracking
@@ -95,23 +95,9 @@ def test_cli_run_with_unreachable_server_exits_2_before_any_engine(
     out = tmp_path / "out"
     t0 = time.monotonic()
     proc = cli(
-        "run",
-        "--benchmark",
-        "llama3_1-8b",
-        "--scenario",
-        "Offline",
-        "--mode",
-        "performance",
-        "--model",
-        str(tiny_model),
-        "--dataset",
-        str(tiny_dataset),
-        "--output",
-        str(out),
-        "--user-conf",
-        str(SMOKE / "offline.conf"),
-        "--mlflow-uri",
-        uri,
+        *run_args(
+            tiny_model, tiny_dataset, out, SMOKE / "offline.conf", "--mlflow-uri", uri, mlflow=True
+        ),
         timeout=120,
     )
     elapsed = time.monotonic() - t0

@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import SMOKE, cli
+from conftest import SMOKE, cli, run_args
 from mlflow_server import mlflow_server
 
 from harness.datasets import file_sha256
@@ -42,26 +42,18 @@ def _run_id(proc) -> str:
 def logged_run(server, tiny_model, tiny_dataset, tmp_path_factory):
     out = tmp_path_factory.mktemp("tracked") / "out"
     proc = cli(
-        "run",
-        "--benchmark",
-        "llama3_1-8b",
-        "--scenario",
-        "Offline",
-        "--mode",
-        "both",
-        "--model",
-        str(tiny_model),
-        "--dataset",
-        str(tiny_dataset),
-        "--output",
-        str(out),
-        "--user-conf",
-        str(SMOKE / "offline.conf"),
-        "--no-progress",
-        "--mlflow-uri",
-        server,
-        "--experiment",
-        "tracking-e2e",
+        *run_args(
+            tiny_model,
+            tiny_dataset,
+            out,
+            SMOKE / "offline.conf",
+            "--mlflow-uri",
+            server,
+            "--experiment",
+            "tracking-e2e",
+            mode="both",
+            mlflow=True,
+        )
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     return out, _run_id(proc)
@@ -220,28 +212,19 @@ def test_a_failing_run_ends_failed_with_partial_artifacts(
     # harness has validated inputs and written result.json.
     out = tmp_path / "out"
     proc = cli(
-        "run",
-        "--benchmark",
-        "llama3_1-8b",
-        "--scenario",
-        "Offline",
-        "--mode",
-        "performance",
-        "--model",
-        str(tiny_model),
-        "--dataset",
-        str(tiny_dataset),
-        "--output",
-        str(out),
-        "--user-conf",
-        str(SMOKE / "offline.conf"),
-        "--no-progress",
-        "--engine-arg",
-        "gpu_memory_utilization=1.5",
-        "--mlflow-uri",
-        server,
-        "--experiment",
-        "failing",
+        *run_args(
+            tiny_model,
+            tiny_dataset,
+            out,
+            SMOKE / "offline.conf",
+            "--engine-arg",
+            "gpu_memory_utilization=1.5",
+            "--mlflow-uri",
+            server,
+            "--experiment",
+            "failing",
+            mlflow=True,
+        ),
         timeout=600,
     )
     assert proc.returncode not in (0, 2), proc.stdout[-2000:] + proc.stderr[-3000:]
