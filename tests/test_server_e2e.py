@@ -13,11 +13,13 @@ Each run is `python -m harness.cli run ...` in its own process. Four engine star
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -25,7 +27,7 @@ import numpy as np
 import psutil
 import pytest
 
-from tests.conftest import REPO, SMOKE, cli
+from tests.conftest import REPO, SMOKE, cli, run_args
 
 pytestmark = pytest.mark.e2e
 
@@ -56,28 +58,17 @@ TEST06_AUDIT = """\
 
 
 def _run_args(model, dataset, out, benchmark, scenario, conf, *extra) -> list[str]:
-    return [
-        "run",
-        "--benchmark",
-        benchmark,
-        "--scenario",
-        scenario,
-        "--mode",
-        "performance",
-        "--model",
-        str(model),
-        "--dataset",
-        str(dataset),
-        "--output",
-        str(out),
-        "--user-conf",
-        str(conf),
-        "--no-mlflow",
-        "--no-progress",
+    return run_args(
+        model,
+        dataset,
+        out,
+        conf,
         "--max-tokens",
         MAX_TOKENS,
         *extra,
-    ]
+        benchmark=benchmark,
+        scenario=scenario,
+    )
 
 
 def _detail(log_dir: Path) -> dict:
@@ -89,6 +80,7 @@ def _detail(log_dir: Path) -> dict:
 @pytest.fixture(scope="module")
 def server_run(tiny_model, tiny_dataset, tmp_path_factory):
     out = tmp_path_factory.mktemp("server-run")
+    before = _temp_sockets()
     proc = subprocess.run(
         [
             sys.executable,
@@ -104,7 +96,19 @@ def server_run(tiny_model, tiny_dataset, tmp_path_factory):
         cwd=str(REPO),
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    proc.new_temp_entries = sorted(_temp_sockets() - before)  # type: ignore[attr-defined]
     return out, proc
+
+
+def _temp_sockets() -> set[str]:
+    """Socket files and our IPC folders in the temp dir (where vLLM puts its ZMQ sockets)."""
+    root = Path(tempfile.gettempdir())
+    found = set()
+    for entry in root.iterdir():
+        with contextlib.suppress(OSError):
+            if entry.is_socket() or entry.name.startswith("mlperf-vllm-ipc-"):
+                found.add(entry.name)
+    return found
 
 
 def test_server_run_is_valid_with_many_queries_in_flight(server_run):
@@ -140,6 +144,8 @@ def test_server_run_leaves_no_thread_or_process(server_run):
     assert [c for c in left["children"] if "resource_tracker" not in c] == [], left
     assert not [t for t in left["threads"] if "server-sut" in t or "loadgen" in t], left
     assert left["threads"] == [], left
+    # vLLM's ZMQ IPC socket files went into a private folder, removed at exit.
+    assert proc.new_temp_entries == []
 
 
 def test_interactive_overload_is_invalid_on_latency_and_passes_test06(
