@@ -29,24 +29,16 @@ def result_rows(result: dict[str, Any]) -> list[tuple[str, str]]:
         rows.append(("samples/s", _fmt(perf.get("samples_per_second"), digits=2)))
         rows.append(("samples", _fmt(perf.get("sample_count"))))
         rows.append(("duration", _fmt(perf.get("duration_s"), " s")))
-        if perf.get("ttft_p99_ms") is not None:
-            ok = _limit_ok(perf.get("ttft_p99_ms"), perf.get("ttft_limit_ms"))
-            rows.append(
-                (
-                    "TTFT p99",
-                    f"{_fmt(perf['ttft_p99_ms'], ' ms')} "
-                    f"(limit {_fmt(perf.get('ttft_limit_ms'), ' ms', 0)}) {ok}",
-                )
-            )
-        if perf.get("tpot_p99_ms") is not None:
-            ok = _limit_ok(perf.get("tpot_p99_ms"), perf.get("tpot_limit_ms"))
-            rows.append(
-                (
-                    "TPOT p99",
-                    f"{_fmt(perf['tpot_p99_ms'], ' ms', 2)} "
-                    f"(limit {_fmt(perf.get('tpot_limit_ms'), ' ms', 0)}) {ok}",
-                )
-            )
+        if perf["scenario"] == "SingleStream" and perf.get("latency_p90_ms") is not None:
+            rows.append(("latency p90", f"{_fmt(perf['latency_p90_ms'], ' ms')} (the result)"))
+        for label, key, digits in (("TTFT p99", "ttft", 1), ("TPOT p99", "tpot", 2)):
+            value, limit = perf.get(f"{key}_p99_ms"), perf.get(f"{key}_limit_ms")
+            if value is None:
+                continue
+            text = _fmt(value, " ms", digits)
+            if limit is not None:  # only Server / Interactive apply token-latency limits
+                text += f" (limit {_fmt(limit, ' ms', 0)}) {_limit_ok(value, limit)}"
+            rows.append((label, text))
         if perf.get("early_stopping_met") is not None and perf["scenario"] != "Offline":
             rows.append(("early stopping", "met" if perf["early_stopping_met"] else "NOT met"))
         for failed in perf.get("failed_constraints") or []:

@@ -416,6 +416,7 @@ def performance_metrics(perf: Mapping[str, Any]) -> dict[str, float]:
         "ttft_p99_ms",
         "tpot_p99_ms",
         "latency_p99_ms",
+        "latency_p90_ms",
         "ttft_limit_ms",
         "tpot_limit_ms",
         "num_errors",
