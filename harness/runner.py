@@ -40,7 +40,7 @@ from harness.settings import (
     cap_performance_sample_count,
     set_mode,
 )
-from sut.engine import describe_error
+from sut.engine import describe_error, resolved_settings
 
 log = logging.getLogger(__name__)
 
@@ -287,6 +287,13 @@ def run(
         _write(result_path, result)
         raise
     result["engine_start_s"] = round(time.monotonic() - t0, 2)
+    resolved = resolved_settings(getattr(sut, "vllm_config", None))
+    result["engine_resolved"] = resolved
+    if resolved.get("enable_prefix_caching"):
+        # Our default turns it off; this catches a vLLM version or config that turned it on.
+        note = "the engine runs with prefix caching on: not compliant (MLPerf LLM rules)"
+        result["warnings"].append(note)
+        print(f"warning: {note}", flush=True)
     try:
         for mode in req.modes():
             set_mode(settings, mode)

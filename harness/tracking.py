@@ -390,6 +390,8 @@ def result_params(result: Mapping[str, Any]) -> dict[str, Any]:
         params[f"engine.{k}"] = v
     for k, v in (result.get("sampling") or {}).items():
         params[f"sampling.{k}"] = v
+    for k, v in (result.get("engine_resolved") or {}).items():
+        params[f"resolved.{k}"] = v  # what the engine derived and ran with
     return params
 
 

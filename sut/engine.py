@@ -233,6 +233,46 @@ def create_async_engine(config: EngineConfig, *, gpu: bool | None = None):
     return AsyncLLM.from_engine_args(args)
 
 
+# What the engine actually runs with, read back from its resolved `VllmConfig` after start:
+# values vLLM derives (max_model_len from the checkpoint, KV blocks from free memory, the
+# scheduler's token budget) and a check that prefix caching really is off.
+RESOLVED_FIELDS = {
+    "model_config": ("max_model_len", "dtype", "quantization", "seed"),
+    "cache_config": (
+        "block_size",
+        "cache_dtype",
+        "enable_prefix_caching",
+        "num_gpu_blocks",
+        "gpu_memory_utilization",
+    ),
+    "scheduler_config": ("max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill"),
+    "parallel_config": (
+        "tensor_parallel_size",
+        "pipeline_parallel_size",
+        "data_parallel_size",
+        "distributed_executor_backend",
+    ),
+}
+
+
+def resolved_settings(vllm_config: Any) -> dict[str, Any]:
+    """Flat `{field: value}` of RESOLVED_FIELDS present on this vLLM version's config;
+    values that are not plain scalars become strings (JSON- and MLflow-safe)."""
+    out: dict[str, Any] = {}
+    if vllm_config is None:
+        return out
+    for section, names in RESOLVED_FIELDS.items():
+        part = getattr(vllm_config, section, None)
+        for name in names:
+            if part is None or not hasattr(part, name):
+                continue
+            value = getattr(part, name)
+            out[name] = (
+                value if isinstance(value, (bool, int, float, str, type(None))) else str(value)
+            )
+    return out
+
+
 def make_sampling_params(
     *,
     max_tokens: int,

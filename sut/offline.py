@@ -88,6 +88,8 @@ class OfflineSUT:
         from vllm.inputs import TokensPrompt
 
         self._engine = llm.llm_engine
+        # The engine's resolved configuration (see sut.engine.resolved_settings).
+        self.vllm_config: Any = getattr(self._engine, "vllm_config", None)
         self._prompt_type = TokensPrompt
         self._prompts = prompts
         self._params = sampling_params

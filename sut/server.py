@@ -108,6 +108,7 @@ class ServerSUT:
         self.error: BaseException | None = None
         self.handle: Any = None
         self._engine: Any = None
+        self.vllm_config: Any = None  # the engine's resolved configuration, once started
         self._engine_procs: list[Any] = []
         self._closed = False
         self._tasks: set[asyncio.Task] = set()
@@ -191,6 +192,7 @@ class ServerSUT:
         before = {p.pid for p in _descendants()}
         try:
             self._engine = engine_factory()
+            self.vllm_config = getattr(self._engine, "vllm_config", None)
         finally:
             # The engine's processes (engine core, its workers), remembered so shutdown can
             # reap the ones vLLM leaves behind: when the engine core is killed outright, its

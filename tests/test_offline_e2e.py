@@ -28,6 +28,12 @@ def test_run_is_valid_and_result_json_is_complete(offline_run):
     assert perf["tokens_per_second"] > 0 and perf["samples_per_second"] > 0
     assert perf["duration_s"] > 0 and perf["sample_count"] >= result["dataset_size"]
     assert result["engine_args"]["enable_prefix_caching"] is False
+    # Read back from the running engine, including what vLLM derived itself.
+    resolved = result["engine_resolved"]
+    assert resolved["enable_prefix_caching"] is False
+    assert resolved["max_num_seqs"] == result["engine_args"]["max_num_seqs"]
+    assert resolved["max_model_len"] == result["engine_args"]["max_model_len"]
+    assert resolved["dtype"] == "torch.float32" and resolved["num_gpu_blocks"] > 0
     assert result["sampling"]["max_tokens"] == 128 and result["sampling"]["top_k"] == 1
     assert "VALID" in proc.stdout and "tokens/s" in proc.stdout
     # No stray trace log (LoadGen's C++ default is on) and no audit file picked up.

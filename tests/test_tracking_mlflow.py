@@ -87,6 +87,9 @@ def test_run_is_logged_with_params_metrics_validity_verdict_and_artifacts(
     assert p["engine.enable_prefix_caching"] == "False"
     assert p["engine.max_num_seqs"] == str(result["engine_args"]["max_num_seqs"])
     assert "engine.block_size" in p  # vLLM's default for an argument the run did not set
+    # ... and what the engine resolved it to, read back from the running engine
+    assert p["resolved.block_size"] == str(result["engine_resolved"]["block_size"])
+    assert p["resolved.enable_prefix_caching"] == "False"
     assert p["sampling.max_tokens"] == "128" and p["sampling.temperature"] == "0.0"
     assert p["loadgen.min_duration_ms"] == "200" and p["loadgen.scenario"] == "Offline"
     assert p["loadgen.performance_sample_count"] == str(result["dataset_size"])
