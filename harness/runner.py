@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import sys
 import threading
 import time
@@ -175,6 +176,20 @@ def _write(path: Path, result: dict[str, Any]) -> None:
     tmp.replace(path)
 
 
+# Environment variables that change how vLLM, torch or the collective libraries behave, as
+# the run saw them before the engine started (a sweep's env knobs are checked against these).
+ENGINE_ENV_PREFIXES = ("VLLM_", "OMP_", "KMP_", "MKL_", "CUDA_", "NCCL_", "TORCH_", "PYTORCH_")
+ENGINE_ENV_IGNORED = {"VLLM_RPC_BASE_PATH"}  # a per-process socket folder, not a setting
+
+
+def engine_env_vars() -> dict[str, str]:
+    return {
+        k: v
+        for k, v in sorted(os.environ.items())
+        if k.startswith(ENGINE_ENV_PREFIXES) and k not in ENGINE_ENV_IGNORED
+    }
+
+
 def build_sut(prep: PreparedRun):
     """The SUT for the scenario. Offline: `vllm.LLM` and its request loop; everything else:
     the streaming SUT over `AsyncLLM`. Returns (sut, shutdown callable)."""
@@ -246,6 +261,7 @@ def run(
         "audit_config": str(req.audit_config) if req.audit_config else None,
         "engine_args": prep.engine_config.describe(),
         "sampling": prep.sampling,
+        "env_vars": engine_env_vars(),
         "warnings": list(prep.warnings),
         "versions": _versions(),
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

@@ -18,8 +18,9 @@ Rules (also printed under the table):
 - confounding guard: the run's recorded engine_args must differ from the baseline's exactly
   in the knob's keys (stacked: all knobs kept so far plus this one), with the requested
   values; effective LoadGen settings, sampling, model, dataset and user.conf must be equal.
-  Otherwise the config is "confounded". Environment-variable knobs are not visible in
-  result.json: they are applied by construction and recorded in config.json.
+  Environment variables that steer the engine (VLLM_*, OMP_*, CUDA_*, NCCL_*, ...) are
+  recorded by each run and must differ only where the config sets them, to its values.
+  Otherwise the config is "confounded".
 - safe to ship = ran, not confounded, every repeat VALID, accuracy PASS.
 - stacked: knobs are tried in plan order on top of the current stack; one is kept when its
   delta against the current stack is beyond noise (single run: beyond the floor), the run
@@ -341,6 +342,7 @@ class RepeatOutcome:
     error: str | None = None
     engine_args: dict[str, Any] = field(default_factory=dict)
     fingerprint: dict[str, Any] = field(default_factory=dict)
+    env_vars: dict[str, str] | None = None  # as the run saw them; None: not recorded
     output: str = ""
     wall_s: float = 0.0
     signature: str = ""
@@ -411,6 +413,7 @@ def read_repeat(out: Path, rc: int, log_text: str) -> RepeatOutcome:
         accuracy=accuracy,
         engine_args=dict(result.get("engine_args") or {}),
         fingerprint=_fingerprint(result),
+        env_vars=result.get("env_vars"),
         output=str(out),
     )
     if rc != 0 or result.get("status") != "completed" or not perf:
@@ -542,6 +545,7 @@ def confounding(base: RepeatOutcome, run: RepeatOutcome, spec: ConfigSpec) -> st
         want, got = requested.get(k), run.engine_args.get(k)
         if want is not None and _normal(want) != _normal(got) and not _numeric_equal(want, got):
             problems.append(f"{k} ran as {got!r}, the plan asked for {want!r}")
+    problems += _env_confounding(base.env_vars, run.env_vars, dict(spec.env))
     for key, value in base.fingerprint.items():
         other = run.fingerprint.get(key)
         if value != other:
@@ -551,6 +555,27 @@ def confounding(base: RepeatOutcome, run: RepeatOutcome, spec: ConfigSpec) -> st
             else:
                 problems.append(f"{key} differs from the baseline: {value!r} -> {other!r}")
     return "; ".join(problems) or None
+
+
+def _env_confounding(
+    base: dict[str, str] | None, run: dict[str, str] | None, wanted: dict[str, str]
+) -> list[str]:
+    """Engine-relevant environment variables must differ from the baseline's only where the
+    config sets them, and hold the values it set."""
+    if base is None or run is None:  # a result.json from before env_vars were recorded
+        return []
+    problems = []
+    differ = sorted(k for k in set(base) | set(run) if base.get(k) != run.get(k))
+    beyond = [k for k in differ if k not in wanted]
+    if beyond:
+        problems.append(
+            "environment changed beyond the knob: "
+            + ", ".join(f"{k}={base.get(k)!r}->{run.get(k)!r}" for k in beyond)
+        )
+    for k, v in sorted(wanted.items()):
+        if k in run and run[k] != v:
+            problems.append(f"{k} ran as {run[k]!r}, the plan asked for {v!r}")
+    return problems
 
 
 def _numeric_equal(a: Any, b: Any) -> bool:

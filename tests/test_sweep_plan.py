@@ -149,6 +149,45 @@ def test_confounding_guard(tmp_path):
     assert "effective_min_duration_ms" in other
 
 
+def test_confounding_guard_checks_engine_environment_variables(tmp_path):
+    plan = parse_plan(
+        _plan(
+            tmp_path,
+            "baseline --env VLLM_CPU_KVCACHE_SPACE=1\nknob threads --env OMP_NUM_THREADS=2\n",
+        )
+    )
+    spec = make_config(plan, 1, "threads", [plan.knobs[0]])
+    base = _outcome()
+    base.env_vars = {"VLLM_CPU_KVCACHE_SPACE": "1"}
+
+    def run(env):
+        r = _outcome()
+        r.env_vars = env
+        return r
+
+    clean = run({"VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "2"})
+    assert confounding(base, clean, spec) is None
+    # something else in the environment changed too (e.g. exported in the shell mid-sweep)
+    extra = run(
+        {"VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "2", "VLLM_CPU_OMP_THREADS_BIND": "0"}
+    )
+    assert "environment changed beyond the knob: VLLM_CPU_OMP_THREADS_BIND=None->'0'" in (
+        confounding(base, extra, spec) or ""
+    )
+    # a baseline variable that did not hold its value
+    moved = run({"VLLM_CPU_KVCACHE_SPACE": "4", "OMP_NUM_THREADS": "2"})
+    assert "VLLM_CPU_KVCACHE_SPACE ran as '4', the plan asked for '1'" in (
+        confounding(base, moved, spec) or ""
+    )
+    # the knob's value did not reach the run
+    wrong = run({"VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "8"})
+    assert "OMP_NUM_THREADS ran as '8', the plan asked for '2'" in (
+        confounding(base, wrong, spec) or ""
+    )
+    # results written before env_vars were recorded are not judged on them
+    assert confounding(base, run(None), spec) is None
+
+
 def test_engine_message_prefers_the_root_cause():
     log = "\n".join(
         [
