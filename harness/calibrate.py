@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import math
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from typing import Any
 
 from harness.benchmarks import Benchmark, resolve
 from harness.errors import UsageError
+from harness.runner import run_argv
 
 OFFLINE_SLACK = 1.1
 SUBMISSION_MIN_DURATION_S = 600
@@ -84,29 +84,16 @@ def conf_key_lines(text: str, keys: Sequence[str]) -> str:
 
 def _run_once(req: CalibrateRequest, scenario: str, conf: Path, out: Path) -> dict[str, Any]:
     """One `mlperf-vllm run --mode performance` in its own process; its result.json."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "harness.cli",
-        "run",
-        "--benchmark",
+    cmd = run_argv(
         req.benchmark,
-        "--scenario",
         scenario,
-        "--mode",
         "performance",
-        "--model",
-        str(req.model),
-        "--dataset",
-        str(req.dataset),
-        "--output",
-        str(out),
-        "--user-conf",
-        str(conf),
-        "--no-mlflow",
-        "--no-progress",
+        req.model,
+        req.dataset,
+        out,
+        conf,
         *req.run_args,
-    ]
+    )
     print(f"calibrate: {' '.join(cmd[2:])}", flush=True)
     proc = subprocess.run(cmd, capture_output=True, text=True)
     result_path = out / "result.json"

@@ -38,7 +38,6 @@ import re
 import shlex
 import statistics
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -46,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import UsageError
+from harness.runner import run_argv
 
 KINDS = ("isolation", "stacked")
 NOISE_FLOOR = 0.02
@@ -425,28 +425,9 @@ def read_repeat(out: Path, rc: int, log_text: str) -> RepeatOutcome:
 def run_command(
     plan: Plan, spec: ConfigSpec, out: Path, mode: str, nltk_data: str | None = None
 ) -> list[str]:
-    cmd = [
-        sys.executable,
-        "-m",
-        "harness.cli",
-        "run",
-        "--benchmark",
-        plan.benchmark,
-        "--scenario",
-        plan.scenario,
-        "--mode",
-        mode,
-        "--model",
-        str(plan.model),
-        "--dataset",
-        str(plan.dataset),
-        "--output",
-        str(out),
-        "--no-mlflow",
-        "--no-progress",
-    ]
-    if plan.user_conf:
-        cmd += ["--user-conf", str(plan.user_conf)]
+    cmd = run_argv(
+        plan.benchmark, plan.scenario, mode, plan.model, plan.dataset, out, plan.user_conf
+    )
     if plan.max_tokens:
         cmd += ["--max-tokens", str(plan.max_tokens)]
     if nltk_data:
