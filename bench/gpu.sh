@@ -7,6 +7,11 @@
 #   bench/gpu.sh scale-8b  (2 GPUs) Llama-3.1-8B FP8 on one GPU, DP 2 and TP 2, via `mlperf-vllm run`
 #   bench/gpu.sh tp2-70b   (2 GPUs) Llama-2-70B FP8, TP 2, via `mlperf-vllm run`
 #   bench/gpu.sh all       offline + server
+#   bench/gpu.sh probe     vLLM's own defaults (scheduler, compilation, fusion passes) as JSON
+#   bench/gpu.sh tune NAME [KEY=VALUE ...]   one engine config, FP8 + FP8 KV: a cold pass, then
+#                          warm passes per sample order (bench/engine_tuning.py; ORDERS, SAMPLES)
+#   bench/gpu.sh full NAME [run args ...]    the submission-size Offline query (13,368 samples,
+#                          CNN/DailyMail length profile) through `mlperf-vllm run`
 # Needs vLLM on the machine: on the lent offline GPU machine, stage it first with the gpu-stage
 # kit (its README: two commands), then run this with `.gpu-stage/bin` sent along. Results go to
 # $OUT (or bench/gpu-out) as logs and JSON; bench/RESULTS.md records what was measured.
@@ -45,7 +50,7 @@ server() {  # name, extra args...
 cli_offline() {  # name, model, mean input length, max tokens, run args...
   local name=$1 model=$2 mean=$3 maxtok=$4; shift 4
   local work=${TMPDIR:-/tmp}/gpu-bench; mkdir -p "$work"
-  local data="$work/data_${mean}.json" conf="$work/offline_all.conf"
+  local data="$work/data_${mean}_${SAMPLES}.json" conf="$work/offline_all.conf"
   [ -f "$data" ] || python3 -c "
 import json, sys; from pathlib import Path; from bench.offline_overhead import random_prompts
 p = random_prompts(Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), seed=5)
@@ -62,6 +67,39 @@ Path(sys.argv[4]).write_text(json.dumps([{'tok_input': x} for x in p]))" \
     | tee "$OUT/run_$name.log"
 }
 
+tune() {  # name, KEY=VALUE engine args...
+  local name=$1; shift
+  local extra=(); for kv in "$@"; do extra+=(--engine-arg "$kv"); done
+  python3 bench/engine_tuning.py --model "$MODEL" --samples "$SAMPLES" --name "$name" \
+    --orders "${ORDERS:-arrival,longest-first}" --repeats "$REPEATS" \
+    --engine-arg load_format=dummy --engine-arg skip_tokenizer_init=true \
+    --engine-arg max_model_len=4096 --engine-arg quantization=fp8 --engine-arg kv_cache_dtype=fp8 \
+    "${extra[@]}" --json "$OUT/tune.jsonl" 2>&1 \
+    | grep -v -E "^(\((EngineCore|Worker|MainProcess)|INFO|DEBUG)" | tee "$OUT/tune_$name.log" \
+    | grep -E '"summary"|"cold"|Error|error' | cut -c1-400
+}
+
+probe() {
+  python3 - <<'PY' 2>&1 | grep -v -E "^(INFO|DEBUG|WARNING)" | tee "$OUT/probe.txt"
+import dataclasses, json, vllm
+from vllm.config import CompilationConfig, SchedulerConfig
+print("vllm", vllm.__version__)
+for cls in (CompilationConfig, SchedulerConfig):
+    try:
+        fields = {f.name: repr(f.default)[:80] for f in dataclasses.fields(cls)}
+    except TypeError:
+        fields = {k: repr(v)[:80] for k, v in getattr(cls, "model_fields", {}).items()}
+    print(cls.__name__, json.dumps(fields))
+try:
+    from vllm.config import PassConfig
+    print("PassConfig", json.dumps({f.name: repr(f.default)[:60] for f in dataclasses.fields(PassConfig)}))
+except Exception as exc:
+    print("PassConfig?", exc)
+from vllm.engine.arg_utils import EngineArgs
+print("EngineArgs", sorted(f.name for f in dataclasses.fields(EngineArgs)))
+PY
+}
+
 case "${1:-all}" in
   scale-8b)  # 2 GPUs: one GPU, DP 2, TP 2 for Llama-3.1-8B FP8 + FP8 KV
     CUDA_VISIBLE_DEVICES=0 cli_offline 8b_fp8_1gpu "$MODEL" 870 128 "${FP8[@]}"
@@ -75,7 +113,10 @@ case "${1:-all}" in
   offline-fp8) offline fp8 "${FP8[@]}" ;;
   server) server fp8 "${FP8[@]}" ;;
   interactive) server fp8_interactive "${FP8[@]}" --ttft-ms 500 --tpot-ms 30 --skip-reference ;;
+  probe) probe ;;
+  tune) shift; tune "$@" ;;
+  full) shift; name=$1; shift; SAMPLES=13368 cli_offline "full_$name" "$MODEL" 870 128 "$@" ;;
   all) offline bf16; offline fp8 "${FP8[@]}"; server fp8 "${FP8[@]}" ;;
-  *) echo "usage: $0 {offline|offline-bf16|offline-fp8|server|interactive|scale-8b|tp2-70b|all}" >&2
+  *) echo "usage: $0 {offline|offline-bf16|offline-fp8|server|interactive|scale-8b|tp2-70b|probe|tune|full|all}" >&2
      exit 2 ;;
 esac
