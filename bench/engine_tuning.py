@@ -19,8 +19,11 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench.* when run as a script
 
 ORDERS = ("arrival", "longest-first", "shortest-first")
 
@@ -110,7 +113,11 @@ def main() -> None:
             with args.json.open("a") as f:
                 f.write(line + "\n")
 
-    emit({"engine_start_s": round(start_s, 1), "args": args.engine_arg, "resolved": resolved(llm)})
+    try:
+        settings = resolved(llm)
+    except Exception as exc:  # a renamed config field must not cost the measurement
+        settings = {"error": repr(exc)}
+    emit({"engine_start_s": round(start_s, 1), "args": args.engine_arg, "resolved": settings})
 
     def one_pass(order: str) -> float:
         idx = ordered(prompts, order)
