@@ -6,6 +6,8 @@
 #                          Interactive (500 / 30 ms) vs the one-query-at-a-time pattern
 #   bench/gpu.sh scale-8b  (2 GPUs) Llama-3.1-8B FP8 on one GPU, DP 2 and TP 2, via `mlperf-vllm run`
 #   bench/gpu.sh tp2-70b   (2 GPUs) Llama-2-70B FP8, TP 2, via `mlperf-vllm run`
+#   bench/gpu.sh tp8-405b  (8 GPUs) Llama-3.1-405B FP8, TP 8, the benchmark's length profile
+#                          (bench/models/llama31_405b_dummy: 126 layers, hidden 16384, 128/8 heads)
 #   bench/gpu.sh all       offline + server
 #   bench/gpu.sh probe     vLLM's own defaults (scheduler, compilation, fusion passes) as JSON
 #   bench/gpu.sh tune NAME [KEY=VALUE ...]   one engine config, FP8 + FP8 KV: a cold pass, then
@@ -105,6 +107,9 @@ case "${1:-all}" in
     CUDA_VISIBLE_DEVICES=0 cli_offline 8b_fp8_1gpu "$MODEL" 870 128 "${FP8[@]}"
     cli_offline 8b_fp8_dp2 "$MODEL" 870 128 "${FP8[@]}" --data-parallel-size 2
     cli_offline 8b_fp8_tp2 "$MODEL" 870 128 "${FP8[@]}" --tensor-parallel-size 2 ;;
+  tp8-405b)  # 8 GPUs: Llama-3.1-405B FP8 + FP8 KV, TP 8; long mixed prompts, mean output ~685
+    SAMPLES=${SAMPLES:-1000} cli_offline 405b_fp8_tp8 bench/models/llama31_405b_dummy 2000 685 \
+      "${FP8[@]}" --tensor-parallel-size 8 --engine-arg max_model_len=8192 ;;
   tp2-70b)   # 2 GPUs: Llama-2-70B FP8 + FP8 KV, TP 2; OpenOrca-like input, its mean output length
     cli_offline 70b_fp8_tp2 .gpu-stage/bin/llama2_70b_dummy 300 294 "${FP8[@]}" \
       --tensor-parallel-size 2 ;;
@@ -117,6 +122,6 @@ case "${1:-all}" in
   tune) shift; tune "$@" ;;
   full) shift; name=$1; shift; SAMPLES=13368 cli_offline "full_$name" "$MODEL" 870 128 "$@" ;;
   all) offline bf16; offline fp8 "${FP8[@]}"; server fp8 "${FP8[@]}" ;;
-  *) echo "usage: $0 {offline|offline-bf16|offline-fp8|server|interactive|scale-8b|tp2-70b|probe|tune|full|all}" >&2
+  *) echo "usage: $0 {offline|offline-bf16|offline-fp8|server|interactive|scale-8b|tp2-70b|tp8-405b|probe|tune|full|all}" >&2
      exit 2 ;;
 esac
