@@ -160,7 +160,11 @@ def test_calibrated_conf_meets_min_duration(calibrated, offline):
     measured = json.loads((conf.parent / "measure-offline" / "result.json").read_text())
     assert qps == pytest.approx(measured["performance"]["samples_per_second"] * 1.25, rel=0.01)
 
-    run, _, _ = offline
+    run, _, run_proc = offline
+    # VALID under the 3 s demo conf, and said to be no submission result
+    result = json.loads((run / "result.json").read_text())
+    assert result["round"] == "v6.1" and "min_duration" in result["not_compliant"]
+    assert "NOT COMPLIANT for round v6.1: min_duration" in run_proc.stdout
     v = parse_detail_log(run / "performance" / DETAIL_LOG).values
     assert v["effective_min_duration_ms"] == 3000
     assert v["result_min_duration_met"] is True, v.get("result_invalid_reason")
@@ -349,9 +353,11 @@ def test_accuracy_dataset_passes_when_the_whole_dataset_was_run(full_tree, tmp_p
     shutil.copytree(tree, root)
     detail = root / "closed/Demo/results/tiny_cpu/llama3.1-8b/Offline/accuracy" / DETAIL_LOG
     text = detail.read_text()
-    key = '"key": "qsl_reported_total_count", "value": 24,'
-    assert key in text
-    detail.write_text(text.replace(key, key.replace("24", "13368")))
+    for name in ("qsl_reported_total_count", "effective_accuracy_sample_count"):
+        key = f'"key": "{name}", "value": 24,'
+        assert key in text
+        text = text.replace(key, key.replace("24", "13368"))
+    detail.write_text(text)
     assert ("accuracy-dataset", "tiny_cpu/llama3.1-8b/Offline") not in _failed(root)
     assert ("accuracy-dataset", "tiny_cpu/llama3.1-8b/Server") in _failed(root)
 
