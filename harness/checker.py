@@ -316,14 +316,14 @@ def _model_rules(
     category = _category(system)
     rule = model.scenarios.get(category or "")
     if rule is None:
-        want = " or ".join(model.categories())
+        want = " or ".join(repr(c) for c in model.categories())
         out.append(
             RuleResult(
                 "system-type",
                 "structure",
                 where,
                 False,
-                f"{folder} is a {want} benchmark but the system's system_type is "
+                f"{folder} needs a system_type of {want}, the system's is "
                 f"{(system or {}).get('system_type')!r} (set --system-field "
                 f"system_type={model.home_category()} when packaging)",
             )
@@ -338,7 +338,8 @@ def _model_rules(
             "structure",
             where,
             not missing,
-            f"{folder} in a {category} system needs {rule.describe()} (round {rnd.name}); "
+            f"{folder} in a system of type {category} needs {rule.describe()} "
+            f"(round {rnd.name}); "
             f"missing {', '.join(missing)}: package that scenario's run into this tree",
         )
     )
@@ -358,13 +359,14 @@ def _scenario_rules(
     add("layout", "structure", d.division in VALID_DIVISIONS, f"division {d.division!r} unknown")
     if model is not None:
         rule = model.scenarios.get(_category(system) or "")
-        accepted = rule.accepted if rule else ()
-        add(
-            "model-scenario",
-            "structure",
-            d.scenario in accepted,
-            f"{d.model} has no {d.scenario} scenario here (accepted: {', '.join(accepted)})",
-        )
+        if rule is not None:  # else system-type fails for the model folder
+            add(
+                "model-scenario",
+                "structure",
+                d.scenario in rule.accepted,
+                f"{d.model} has no {d.scenario} scenario in round {rnd.name} "
+                f"(accepted: {', '.join(rule.accepted)})",
+            )
     perf = sdir / "performance" / "run_1"
     miss = [str(perf / f) for f in REQUIRED_PERF_FILES if not (perf / f).is_file()]
     add("performance-files", "structure", not miss, "missing " + ", ".join(miss))

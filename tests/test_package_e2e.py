@@ -379,7 +379,8 @@ def test_edge_benchmark_needs_an_edge_system(offline, tmp_path):
     assert proc.returncode == 0, proc.stderr
     failed = _failed(root, group="structure")
     rule = failed[("system-type", "tiny_cpu/llama3.1-8b-edge")]
-    assert "edge benchmark" in rule.detail and "system_type=edge" in rule.detail
+    assert "needs a system_type of 'edge'" in rule.detail and "system_type=edge" in rule.detail
+    assert ("model-scenario", "tiny_cpu/llama3.1-8b-edge/Offline") not in failed
     shutil.rmtree(root)
     proc = _package(edge, t06, root, *SYSTEM_FIELDS)  # package writes edge for -edge itself
     assert proc.returncode == 0, proc.stderr
