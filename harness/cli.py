@@ -11,6 +11,14 @@ import os
 import sys
 from pathlib import Path
 
+from harness.cli_package import (
+    add_package_commands,
+    add_round_argument,
+    choose_round_for,
+    cmd_check_submission,
+    cmd_package,
+    cmd_rounds,
+)
 from harness.errors import UsageError
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_STRICT = 0, 1, 2, 3
@@ -56,6 +64,7 @@ def _add_run_arguments(p: argparse.ArgumentParser) -> None:
         help="allow loading .pkl datasets (unpickling runs code from the file)",
     )
     p.add_argument("--accuracy-level", default="99", choices=["99", "99.9"])
+    add_round_argument(p)
     p.add_argument("--nltk-data", type=Path, help="folder holding NLTK's punkt_tab")
     p.add_argument("--no-evaluate", action="store_true", help="keep the accuracy log unscored")
     p.add_argument("--no-progress", action="store_true")
@@ -146,11 +155,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     t06.add_argument("--dtype", default="int32", choices=["int32", "int64", "int16", "float32"])
     t06.add_argument(
-        "--output", type=Path, help="write OUTPUT/TEST06/verify_accuracy.txt (default: the log dir)"
+        "--output",
+        type=Path,
+        help="write OUTPUT/TEST06/verify_accuracy.txt, or OUTPUT/verify_accuracy.txt when OUTPUT "
+        "is named TEST06 (default: the log dir)",
     )
     t06.add_argument("--strict", action="store_true", help="exit 3 when a check fails")
 
     _add_submission_commands(sub)
+    add_package_commands(sub)
 
     from harness.sweep import add_sweep_arguments
 
@@ -192,6 +205,9 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
     from harness.runner import RunRequest, run
     from harness.summary import render_result
 
+    if args.submission or args.round:
+        print(f"{choose_round_for(args, args.benchmark).note}", flush=True)
+
     req = RunRequest(
         benchmark=args.benchmark,
         scenario=args.scenario,
@@ -210,6 +226,7 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
         evaluate=not args.no_evaluate,
         nltk_data=args.nltk_data,
         submission=args.submission,
+        round=args.round,
     )
     cfg = tracking.resolve_tracking(args)
     tracking.check_reachable(cfg)  # before any engine starts
@@ -416,55 +433,6 @@ def _add_submission_commands(sub) -> None:
         help="Server: written QPS = highest passing x (1 - backoff)",
     )
 
-    pkg = sub.add_parser("package", help="assemble the submission folder of one run")
-    pkg.add_argument("--run", required=True, type=Path, help="an `mlperf-vllm run` --output")
-    pkg.add_argument(
-        "--test06",
-        type=Path,
-        help="TEST06 output (the folder given to `compliance test06 --output`)",
-    )
-    pkg.add_argument("--accuracy-run", type=Path, help="take accuracy/ from this run folder")
-    pkg.add_argument("--system", required=True, help="system name (folder and systems/*.json)")
-    pkg.add_argument("--submitter", required=True)
-    pkg.add_argument("--division", default="closed", choices=["closed", "open", "network"])
-    pkg.add_argument("--out", required=True, type=Path, help="submission root")
-    pkg.add_argument("--accuracy-level", default="99", choices=["99", "99.9"])
-    pkg.add_argument(
-        "--system-field",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="systems json field (repeatable), e.g. cooling=air",
-    )
-    pkg.add_argument(
-        "--measurement",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="measurements.json field (repeatable)",
-    )
-
-    chk = sub.add_parser(
-        "check-submission", help="apply the submission checker's rules to a submission root"
-    )
-    chk.add_argument("root", type=Path)
-    chk.add_argument(
-        "--structure-only",
-        action="store_true",
-        help="only files, fields, truncation, hash and TEST06 (a demo-sized run "
-        "cannot pass the result rules)",
-    )
-
-
-def _pairs(items: list[str], flag: str) -> dict[str, str]:
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise UsageError(f"{flag} {item!r} is not KEY=VALUE")
-        out[key.strip()] = value.strip()
-    return out
-
 
 def cmd_calibrate(args: argparse.Namespace, extra: list[str]) -> int:
     from harness.calibrate import CalibrateRequest, calibrate
@@ -498,49 +466,6 @@ def cmd_calibrate(args: argparse.Namespace, extra: list[str]) -> int:
         )
     )
     return EXIT_OK
-
-
-def cmd_package(args: argparse.Namespace) -> int:
-    from harness.package import PackageRequest, package
-
-    report = package(
-        PackageRequest(
-            run=args.run,
-            system=args.system,
-            submitter=args.submitter,
-            out=args.out,
-            division=args.division,
-            test06=args.test06,
-            accuracy_run=args.accuracy_run,
-            accuracy_level=args.accuracy_level,
-            system_fields=_pairs(args.system_field, "--system-field"),
-            measurements=_pairs(args.measurement, "--measurement"),
-            command=tuple(["mlperf-vllm", *sys.argv[1:]]),
-        )
-    )
-    print(f"packaged {len(report.written)} files into {report.scenario_dir}")
-    if report.todo:
-        print(
-            f"to fill in systems/{args.system}.json (this machine does not report them): "
-            + ", ".join(report.todo)
-        )
-    return EXIT_OK
-
-
-def cmd_check_submission(args: argparse.Namespace) -> int:
-    from harness.package import check_submission_tree, render_checks
-    from harness.preflight import reference_seeds
-
-    results = check_submission_tree(args.root, reference_seeds())
-    if args.structure_only:
-        results = [r for r in results if r.group == "structure"]
-    print(render_checks(results))
-    failed = [r for r in results if not r.passed]
-    print(
-        f"{len(results) - len(failed)} passed, {len(failed)} failed"
-        + (": " + ", ".join(sorted({r.rule for r in failed})) if failed else "")
-    )
-    return EXIT_STRICT if failed else EXIT_OK
 
 
 def _exit_now_if_loadgen_running(code: int) -> None:
@@ -589,6 +514,7 @@ def main(argv: list[str] | None = None) -> int:
             "compliance": cmd_compliance,
             "package": cmd_package,
             "check-submission": cmd_check_submission,
+            "rounds": cmd_rounds,
         }[args.command]
         return handler(args)
     except UsageError as exc:

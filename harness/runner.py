@@ -68,6 +68,7 @@ class RunRequest:
     evaluate: bool = True
     nltk_data: Path | None = None
     submission: bool = False
+    round: str | None = None  # submission round the preflight judges by (harness.rounds)
 
     def modes(self) -> list[str]:
         return ["performance", "accuracy"] if self.mode == "both" else [self.mode]

@@ -24,6 +24,15 @@ def result_rows(result: dict[str, Any]) -> list[tuple[str, str]]:
         rows.append(("validity", perf["validity"]))
         for reason in perf.get("invalid_reasons") or []:
             rows.append(("  why", reason))
+        if result.get("not_compliant"):  # VALID under a smoke conf is still no submission result
+            rows.append(
+                (
+                    "submission",
+                    f"NOT COMPLIANT for round {result.get('round', '?')}: "
+                    + ", ".join(result["not_compliant"])
+                    + " (see the warning above)",
+                )
+            )
         label = "tokens/s" if perf["scenario"] == "Offline" else "completed tokens/s"
         rows.append((label, _fmt(perf.get("tokens_per_second"))))
         rows.append(("samples/s", _fmt(perf.get("samples_per_second"), digits=2)))

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# certify.sh BENCHMARK SCENARIO: calibrate, performance, accuracy, TEST06, package, check,
-# then one verdict table. Every step is an `mlperf-vllm` command; the table says which one
-# failed and where its logs are.
+# certify.sh [--round ROUND] [--accuracy-level 99|99.9] BENCHMARK SCENARIO: calibrate,
+# performance, accuracy, TEST06, package, check, then one verdict table. Every step is an
+# `mlperf-vllm` command; the table says which one failed and where its logs are. READY only
+# when every step passed and every rule of the submission check holds for the whole tree
+# (a datacenter LLM needs Offline plus Server or Interactive: certify each into the same
+# SUBMISSION_ROOT). ROUND defaults to the newest round that has the benchmark.
 #
 #   MODEL=/models/Llama-3.1-8B-Instruct DATASET=/data/cnn_eval.json SYSTEM=1xH200_vLLM \
 #   SUBMITTER=MyOrg scripts/certify.sh llama3_1-8b Offline
@@ -20,10 +23,22 @@
 #   PACKAGE_ARGS         extra flags for package (--system-field cooling=air ...)
 set -u -o pipefail
 
-if [ $# -ne 2 ]; then
-  echo "usage: $0 BENCHMARK SCENARIO   (MODEL=... DATASET=... in the environment)" >&2
+usage() {
+  echo "usage: $0 [--round ROUND] [--accuracy-level 99|99.9] BENCHMARK SCENARIO" \
+    "  (MODEL=... DATASET=... in the environment)" >&2
   exit 2
-fi
+}
+ROUND_ARGS=()
+LEVEL=99
+while [ $# -gt 0 ]; do
+  case $1 in
+    --round) [ $# -ge 2 ] || usage; ROUND_ARGS=(--round "$2"); shift 2 ;;
+    --accuracy-level) [ $# -ge 2 ] || usage; LEVEL=$2; shift 2 ;;
+    -*) usage ;;
+    *) break ;;
+  esac
+done
+[ $# -eq 2 ] || usage
 BENCHMARK=$1
 SCENARIO=$2
 : "${MODEL:?set MODEL to the checkpoint folder}"
@@ -39,6 +54,13 @@ PACKAGE_ARGS=${PACKAGE_ARGS:-}
 SUBMISSION_FLAG=${SUBMISSION_FLAG---submission}
 HERE=$(cd "$(dirname "$0")/.." && pwd)
 AUDIT=$HERE/user_confs/audit/TEST06.config
+
+# The round, before anything runs: a benchmark the round does not accept is refused here.
+# shellcheck disable=SC2086
+ROUND_NOTE=$($MLPERF_VLLM rounds --benchmark "$BENCHMARK" --accuracy-level "$LEVEL" \
+  "${ROUND_ARGS[@]}" 2>&1) || { echo "$ROUND_NOTE" >&2; exit 2; }
+echo "== $BENCHMARK $SCENARIO for $ROUND_NOTE"
+ROUND_ARGS+=(--accuracy-level "$LEVEL")
 mkdir -p "$OUT"
 
 declare -a STEPS=() VERDICTS=() DETAILS=()
@@ -63,7 +85,7 @@ run_mode() {  # run_mode NAME OUTDIR MODE [extra...]
   local name=$1 dir=$2 mode=$3; shift 3
   step "$name" "$OUT/$name.log" $MLPERF_VLLM run --benchmark "$BENCHMARK" --scenario "$SCENARIO" \
     --mode "$mode" --model "$MODEL" --dataset "$DATASET" --output "$dir" \
-    --user-conf "$CONF" --no-mlflow --no-progress $RUN_ARGS "$@"
+    --user-conf "$CONF" --no-mlflow --no-progress "${ROUND_ARGS[@]}" $RUN_ARGS "$@"
 }
 
 json_field() {  # json_field FILE python-expression-over-r
@@ -80,9 +102,9 @@ finish() {
   done
   echo
   if [ $failed -eq 0 ]; then
-    echo "VERDICT: READY  $BENCHMARK $SCENARIO -> $SUBMISSION_ROOT"
+    echo "VERDICT: READY  $BENCHMARK $SCENARIO -> $SUBMISSION_ROOT ($ROUND_NOTE)"
   else
-    echo "VERDICT: NOT READY  $BENCHMARK $SCENARIO (see the failed step's log in $OUT)"
+    echo "VERDICT: NOT READY  $BENCHMARK $SCENARIO (see the failed step's log in $OUT; $ROUND_NOTE)"
   fi
   exit $failed
 }
@@ -108,17 +130,24 @@ fi
 if run_mode performance "$OUT/performance" performance $SUBMISSION_FLAG; then
   R=$OUT/performance/result.json
   V=$(json_field "$R" "r['performance']['validity']")
-  [ "$V" = VALID ] || VERDICTS[${#VERDICTS[@]}-1]="FAIL ($V)"
+  NC=$(json_field "$R" "', '.join(r.get('not_compliant') or [])")
   DETAILS[${#DETAILS[@]}-1]="$V, $(json_field "$R" "round(r['performance']['tokens_per_second'] or 0, 1)") tok/s $(json_field "$R" "'; '.join(r['performance']['invalid_reasons'])")"
+  if [ "$V" != VALID ]; then
+    VERDICTS[${#VERDICTS[@]}-1]="FAIL ($V)"
+  elif [ -n "$NC" ]; then  # e.g. a smoke conf's min_duration: VALID, but not a submission result
+    VERDICTS[${#VERDICTS[@]}-1]="NOT COMPLIANT"
+    DETAILS[${#DETAILS[@]}-1]="VALID as a smoke run only; not a submission result: $NC"
+  fi
 fi
 # shellcheck disable=SC2086
 if run_mode accuracy "$OUT/accuracy" accuracy $SUBMISSION_FLAG; then
   R=$OUT/accuracy/result.json
   A=$(json_field "$R" "r['accuracy'].get('verdict')")
-  [ "$A" = PASS ] || VERDICTS[${#VERDICTS[@]}-1]="FAIL ($A)"
   if [ "$A" = None ]; then  # not scored: say why (e.g. NLTK data missing)
+    VERDICTS[${#VERDICTS[@]}-1]="FAIL (not scored)"
     DETAILS[${#DETAILS[@]}-1]="not scored: $(json_field "$R" "r['accuracy'].get('evaluation_error')")"
   else
+    [ "$A" = PASS ] || VERDICTS[${#VERDICTS[@]}-1]="FAIL"
     DETAILS[${#DETAILS[@]}-1]="accuracy $A ($OUT/accuracy/accuracy/accuracy.txt)"
   fi
 fi
@@ -133,7 +162,8 @@ fi
 # shellcheck disable=SC2086
 step package "$OUT/package.log" $MLPERF_VLLM package --run "$OUT/performance" \
   --accuracy-run "$OUT/accuracy" --test06 "$OUT/TEST06" --system "$SYSTEM" \
-  --submitter "$SUBMITTER" --out "$SUBMISSION_ROOT" $PACKAGE_ARGS \
-  && step check "$OUT/check.log" $MLPERF_VLLM check-submission "$SUBMISSION_ROOT"
+  --submitter "$SUBMITTER" --out "$SUBMISSION_ROOT" "${ROUND_ARGS[@]}" $PACKAGE_ARGS \
+  && step check "$OUT/check.log" $MLPERF_VLLM check-submission "$SUBMISSION_ROOT" \
+    --benchmark "$BENCHMARK" --scenario "$SCENARIO" "${ROUND_ARGS[@]}"
 [ "${VERDICTS[${#VERDICTS[@]}-1]}" = PASS ] || DETAILS[${#DETAILS[@]}-1]="$(tail -n1 "$OUT/check.log" 2>/dev/null || echo "see $OUT/package.log")"
 finish

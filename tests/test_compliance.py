@@ -155,3 +155,28 @@ def test_missing_inputs_are_usage_errors(tmp_path, capsys):
         run_test06(d)  # no result.json, no --model, no --eos-token-id
     assert main(["compliance", "test06", "--log-dir", str(tmp_path / "nope")]) == 2
     assert "error:" in capsys.readouterr().err
+
+
+def test_output_named_test06_is_the_test06_folder(tmp_path):
+    """`--output OUT/TEST06` (the TEST06 run's own folder, as certify.sh passes it) writes
+    OUT/TEST06/verify_accuracy.txt, never OUT/TEST06/TEST06/..."""
+    d = _log(tmp_path, GOOD)
+    out = tmp_path / "run" / "TEST06"
+    assert (
+        main(
+            [
+                "compliance",
+                "test06",
+                "--log-dir",
+                str(d),
+                "--eos-token-id",
+                str(EOS),
+                "--output",
+                str(out),
+            ]
+        )
+        == 0
+    )
+    assert (out / "verify_accuracy.txt").is_file()
+    assert (out / "accuracy" / "mlperf_log_accuracy.json").is_file()
+    assert not (out / "TEST06").exists()

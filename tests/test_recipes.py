@@ -134,3 +134,25 @@ def test_certify_table_lists_every_step_with_a_given_conf(tmp_path):
     assert "FAIL (exit 2)" in table["package"]
     assert "test06" not in table and "check" not in table  # their inputs never existed
     assert "VERDICT: NOT READY" in proc.stdout
+    # the round is chosen up front and said plainly
+    assert "for round v6.1 (newest round with llama3.1-8b" in proc.stdout
+
+
+def test_certify_refuses_a_benchmark_the_round_lacks_before_any_step(tmp_path):
+    proc = subprocess.run(
+        ["bash", str(SCRIPTS / "certify.sh"), "--round", "v6.1", "llama3_1-405b", "Offline"],
+        env={
+            **os.environ,
+            "MODEL": str(tmp_path / "m"),
+            "DATASET": str(tmp_path / "d.pkl"),
+            "OUT": str(tmp_path / "cert"),
+            "MLPERF_VLLM": f"{sys.executable} -m harness.cli",
+        },
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=str(SCRIPTS.parent),
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.strip().count("\n") == 0 and "rounds with it: v6.0" in proc.stderr
+    assert not (tmp_path / "cert").exists() and "READY" not in proc.stdout

@@ -1,0 +1,176 @@
+"""The submission commands of `mlperf-vllm`: package, check-submission, rounds, and the
+`--round` argument they share with `run` (design.md holds the contract)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from harness.errors import UsageError
+from harness.rounds import RoundChoice
+
+EXIT_OK, EXIT_STRICT = 0, 3
+
+
+def add_round_argument(p: argparse.ArgumentParser) -> None:
+    from harness.rounds import ROUND_NAMES
+
+    p.add_argument(
+        "--round",
+        choices=ROUND_NAMES,
+        help="MLPerf submission round whose rules apply (seeds, model folders, scenarios); "
+        "default: the newest round that has the benchmark",
+    )
+
+
+def choose_round_for(args: argparse.Namespace, benchmark: str) -> RoundChoice:
+    """The submission round, checked before anything else happens (exit 2 if refused)."""
+    from harness.benchmarks import get_benchmark
+    from harness.rounds import choose_round
+
+    try:
+        get_benchmark(benchmark)
+    except KeyError as exc:
+        raise UsageError(str(exc).strip("'\"")) from None
+    return choose_round(args.round, benchmark, args.accuracy_level)
+
+
+def add_package_commands(sub) -> None:
+    pkg = sub.add_parser("package", help="assemble the submission folder of one run")
+    pkg.add_argument("--run", required=True, type=Path, help="an `mlperf-vllm run` --output")
+    pkg.add_argument(
+        "--test06",
+        type=Path,
+        help="TEST06 output (the folder given to `compliance test06 --output`)",
+    )
+    pkg.add_argument("--accuracy-run", type=Path, help="take accuracy/ from this run folder")
+    pkg.add_argument("--system", required=True, help="system name (folder and systems/*.json)")
+    pkg.add_argument("--submitter", required=True)
+    pkg.add_argument("--division", default="closed", choices=["closed", "open", "network"])
+    pkg.add_argument("--out", required=True, type=Path, help="submission root")
+    pkg.add_argument("--accuracy-level", default="99", choices=["99", "99.9"])
+    add_round_argument(pkg)
+    pkg.add_argument(
+        "--system-field",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="systems json field (repeatable), e.g. cooling=air",
+    )
+    pkg.add_argument(
+        "--measurement",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="measurements.json field (repeatable)",
+    )
+
+    chk = sub.add_parser(
+        "check-submission", help="apply the submission checker's rules to a submission root"
+    )
+    chk.add_argument("root", type=Path)
+    add_round_argument(chk)
+    chk.add_argument(
+        "--benchmark",
+        help="show only this benchmark's rows (with --scenario); every rule still counts",
+    )
+    chk.add_argument("--scenario", choices=["Offline", "Server", "Interactive", "SingleStream"])
+    chk.add_argument("--accuracy-level", default="99", choices=["99", "99.9"])
+    chk.add_argument(
+        "--structure-only",
+        action="store_true",
+        help="only files, fields, truncation, hash and TEST06 (a demo-sized run "
+        "cannot pass the result rules)",
+    )
+
+    rounds = sub.add_parser(
+        "rounds", help="the submission rounds: model folders, scenarios and seeds each accepts"
+    )
+    rounds.add_argument("--benchmark", help="say which round this benchmark is prepared for")
+    rounds.add_argument("--accuracy-level", default="99", choices=["99", "99.9"])
+    add_round_argument(rounds)
+
+
+def _pairs(items: list[str], flag: str) -> dict[str, str]:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"{flag} {item!r} is not KEY=VALUE")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def cmd_package(args: argparse.Namespace) -> int:
+    from harness.package import PackageRequest, package
+
+    report = package(
+        PackageRequest(
+            run=args.run,
+            system=args.system,
+            submitter=args.submitter,
+            out=args.out,
+            division=args.division,
+            test06=args.test06,
+            accuracy_run=args.accuracy_run,
+            accuracy_level=args.accuracy_level,
+            round=args.round,
+            system_fields=_pairs(args.system_field, "--system-field"),
+            measurements=_pairs(args.measurement, "--measurement"),
+            command=tuple(["mlperf-vllm", *sys.argv[1:]]),
+        )
+    )
+    print(
+        f"packaged {len(report.written)} files into {report.scenario_dir} for {report.round_note}"
+    )
+    if report.todo:
+        from harness.checker import fill_in_hint
+
+        print(
+            f"to fill in systems/{args.system}.json (empty to the checker: absent, 0 or blank; "
+            "package again with the flags): " + fill_in_hint(report.todo)
+        )
+    for note in report.notes:
+        print(f"to do: {note}")
+    return EXIT_OK
+
+
+def cmd_check_submission(args: argparse.Namespace) -> int:
+    from harness.checker import check_submission_tree, focus, render_checks, summary_line
+    from harness.rounds import folder_for
+
+    if (args.benchmark is None) != (args.scenario is None):
+        raise UsageError("--benchmark and --scenario go together: pass both or neither")
+    check = check_submission_tree(args.root, args.round)
+    results = check.results
+    if args.structure_only:
+        results = [r for r in results if r.group == "structure"]
+    print(f"checking {args.root} against {check.note}")
+    if args.benchmark is None:
+        print(render_checks(results))
+        print(summary_line(results))
+    else:
+        folder = folder_for(args.benchmark, args.accuracy_level)
+        shown = focus(results, folder, args.scenario)
+        rest = [r for r in results if r not in shown]
+        print(render_checks(shown))
+        line = summary_line(shown, f"{folder} {args.scenario}: ")
+        if any(not r.passed for r in rest):
+            line += "; " + summary_line(rest, "elsewhere in the tree: ")
+        print(line)
+    return EXIT_STRICT if any(not r.passed for r in results) else EXIT_OK
+
+
+def cmd_rounds(args: argparse.Namespace) -> int:
+    from harness.rounds import ROUNDS
+
+    if args.benchmark:
+        print(choose_round_for(args, args.benchmark).note)
+        return EXIT_OK
+    for rnd in ROUNDS if args.round is None else [r for r in ROUNDS if r.name == args.round]:
+        print(f"{rnd.name}  (RNG seeds of {rnd.seeds_loadgen})")
+        for m in rnd.models:
+            rules = "; ".join(f"{c}: {r.describe()}" for c, r in m.scenarios.items())
+            print(f"  {m.folder:<18} {m.preset:<18} {rules}" + ("; TEST06" if m.test06 else ""))
+    return EXIT_OK
