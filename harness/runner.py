@@ -41,7 +41,7 @@ from harness.settings import (
     cap_performance_sample_count,
     set_mode,
 )
-from sut.engine import describe_error, resolved_settings
+from sut.engine import describe_error, resolved_engine_args, resolved_settings
 
 log = logging.getLogger(__name__)
 
@@ -325,6 +325,7 @@ def run(
     result["engine_start_s"] = round(time.monotonic() - t0, 2)
     resolved = resolved_settings(getattr(sut, "vllm_config", None))
     result["engine_resolved"] = resolved
+    result["engine_resolved_args"] = resolved_engine_args(getattr(sut, "vllm_config", None))
     if resolved.get("enable_prefix_caching"):
         # Our default turns it off; this catches a vLLM version or config that turned it on.
         note = "the engine runs with prefix caching on: not compliant (MLPerf LLM rules)"

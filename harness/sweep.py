@@ -11,13 +11,17 @@ nothing to MLflow; this process logs one parent run per sweep and one child run 
 with the config's aggregate (median over repeats) and the files of its first repeat.
 
 Rules (also printed under the table):
-- noise: with >= 2 repeats on both sides, delta = median(config) / median(reference) - 1;
-  band = max(2 x the larger relative spread (max-min)/median of the two, floor (2%));
-  delta > band: "better", delta < -band: "worse", else "within noise".
+- noise: with >= 2 repeats on both sides (the default), delta = median(config) /
+  median(reference) - 1; band = max(2 x the larger relative spread (max-min)/median of the
+  two, floor (2%)); delta > band: "better", delta < -band: "worse", else "within noise".
   With a single repeat: "single run: noise unknown" (the floor alone is used for stacking).
+- no-op: a knob whose engine arguments already held the requested values in the engine it is
+  compared with (the baseline; stacked: the current stack), as that engine resolved them
+  (result.json `engine_resolved_args`), changes nothing: status "no-op", never kept.
 - confounding guard: the run's recorded engine_args must differ from the baseline's exactly
   in the knob's keys (stacked: all knobs kept so far plus this one), with the requested
-  values; effective LoadGen settings, sampling, model, dataset and user.conf must be equal.
+  values (structured values such as `compilation_config` compared as JSON, on the knob's
+  keys); effective LoadGen settings, sampling, model, dataset and user.conf must be equal.
   Environment variables that steer the engine (VLLM_*, OMP_*, CUDA_*, NCCL_*, ...) are
   recorded by each run and must differ only where the config sets them, to its values.
   Otherwise the config is "confounded".
@@ -341,6 +345,8 @@ class RepeatOutcome:
     accuracy: str | None = None  # PASS / FAIL / "error: ..." / None (not run)
     error: str | None = None
     engine_args: dict[str, Any] = field(default_factory=dict)
+    # every engine argument as the engine resolved it (result.json `engine_resolved_args`)
+    resolved: dict[str, Any] = field(default_factory=dict)
     fingerprint: dict[str, Any] = field(default_factory=dict)
     env_vars: dict[str, str] | None = None  # as the run saw them; None: not recorded
     output: str = ""
@@ -412,6 +418,7 @@ def read_repeat(out: Path, rc: int, log_text: str) -> RepeatOutcome:
         validity=perf.get("validity"),
         accuracy=accuracy,
         engine_args=dict(result.get("engine_args") or {}),
+        resolved=dict(result.get("engine_resolved_args") or {}),
         fingerprint=_fingerprint(result),
         env_vars=result.get("env_vars"),
         output=str(out),
@@ -503,17 +510,61 @@ def _normal(value: Any) -> str:
     return str(value).strip().lower()
 
 
+NOTE_VALUE_CHARS = 60  # a value quoted in a note is cut here: notes stay one short line
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= NOTE_VALUE_CHARS else text[: NOTE_VALUE_CHARS - 3] + "..."
+
+
+def _parsed(value: Any) -> Any:
+    """JSON text (a dict or list, as plans and result.json write structured values) parsed;
+    anything else as is."""
+    if isinstance(value, str) and value.strip()[:1] in ("{", "["):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def values_match(want: Any, got: Any) -> bool:
+    """Whether `got` holds what `want` asks for, compared as values, not as text: JSON on both
+    sides is parsed and a dict `want` is compared on its own keys only (the engine fills in
+    the rest of a config object); booleans and numbers compare across spellings."""
+    w, g = _parsed(want), _parsed(got)
+    if isinstance(w, dict):
+        return isinstance(g, dict) and all(k in g and values_match(v, g[k]) for k, v in w.items())
+    if isinstance(w, list):
+        return (
+            isinstance(g, list)
+            and len(w) == len(g)
+            and all(values_match(a, b) for a, b in zip(w, g, strict=True))
+        )
+    return _normal(w) == _normal(g) or _numeric_equal(w, g)
+
+
+def _same(a: Any, b: Any) -> bool:
+    return values_match(a, b) and values_match(b, a)
+
+
 def confounding(base: RepeatOutcome, run: RepeatOutcome, spec: ConfigSpec) -> str | None:
     """Why this run is not a clean change of the knob(s) against the baseline, or None."""
     problems: list[str] = []
     keys = set(base.engine_args) | set(run.engine_args)
-    differ = {k for k in keys if base.engine_args.get(k) != run.engine_args.get(k)}
+    differ = {
+        k
+        for k in keys
+        if (k in base.engine_args) != (k in run.engine_args)
+        or not _same(base.engine_args.get(k), run.engine_args.get(k))
+    }
     expected = set(spec.expected_keys)
     if differ - expected:
         problems.append(
             "engine args changed beyond the knob: "
             + ", ".join(
-                f"{k}={base.engine_args.get(k)!r}->{run.engine_args.get(k)!r}"
+                f"{k}={_short(base.engine_args.get(k))}->{_short(run.engine_args.get(k))}"
                 for k in sorted(differ - expected)
             )
         )
@@ -524,8 +575,8 @@ def confounding(base: RepeatOutcome, run: RepeatOutcome, spec: ConfigSpec) -> st
     requested = dict(spec.expected_values)
     for k in sorted(expected & differ):
         want, got = requested.get(k), run.engine_args.get(k)
-        if want is not None and _normal(want) != _normal(got) and not _numeric_equal(want, got):
-            problems.append(f"{k} ran as {got!r}, the plan asked for {want!r}")
+        if want is not None and not values_match(want, got):
+            problems.append(f"{k} ran as {_short(got)}, the plan asked for {_short(want)}")
     problems += _env_confounding(base.env_vars, run.env_vars, dict(spec.env))
     for key, value in base.fingerprint.items():
         other = run.fingerprint.get(key)
@@ -559,6 +610,33 @@ def _env_confounding(
     return problems
 
 
+def no_op(reference: RepeatOutcome, run: RepeatOutcome, knobs: Sequence[Knob]) -> str | None:
+    """Why these knobs change nothing in the engine, or None: every engine argument they set
+    already held that value in the reference run as the engine resolved it (result.json
+    `engine_resolved_args`), e.g. `async_scheduling=true` where vLLM schedules asynchronously
+    by default; or the run resolved it to the reference's value anyway. A knob that sets an
+    environment variable, or a key the engine does not report, is never called a no-op."""
+    pairs = [p.partition("=") for k in knobs for p in k.change.engine_args]
+    if not pairs or any(k.change.env for k in knobs):
+        return None
+    same = []
+    for raw_key, _, want in pairs:
+        key = raw_key.strip().lstrip("-").replace("-", "_")
+        if key not in reference.resolved:
+            return None
+        had = reference.resolved[key]
+        w = _parsed(want)
+        if isinstance(w, dict) and isinstance(had, dict):  # compare the knob's own keys only
+            had = {k: had.get(k) for k in w}
+        ran = run.resolved.get(key)
+        if isinstance(w, dict) and isinstance(ran, dict):
+            ran = {k: ran.get(k) for k in w}
+        if not (values_match(want, had) or (key in run.resolved and _same(ran, had))):
+            return None
+        same.append(f"{key}={_short(had)}")
+    return "no-op: the engine already ran " + ", ".join(same) + " without the knob"
+
+
 def _numeric_equal(a: Any, b: Any) -> bool:
     try:
         return float(a) == float(b)
@@ -575,13 +653,14 @@ class ConfigRow:
     config: str
     knobs: str
     change: str
-    status: str = "pending"  # ok / failed / confounded
+    status: str = "pending"  # ok / failed / confounded / no-op
     repeats: int = 0
     tps_median: float | None = None
     tps_min: float | None = None
     tps_max: float | None = None
     spread_pct: float | None = None
     delta_pct: float | None = None  # vs baseline
+    noise_band_pct: float | None = None  # |delta| at or below this is noise (see RULES)
     noise_verdict: str = ""
     validity: str = ""
     accuracy: str = ""
@@ -592,6 +671,7 @@ class ConfigRow:
     kept: str = ""
     error: str = ""
     confounded: str = ""
+    note: str = ""
     resumed: int = 0
     output_dir: str = ""
     mlflow_run_id: str = ""
@@ -602,8 +682,8 @@ class ConfigRow:
         d["tps_repeats"] = " ".join(f"{v:.2f}" for v in self.tps_repeats)
         for k in ("tps_median", "tps_min", "tps_max"):
             d[k] = "" if d[k] is None else f"{d[k]:.2f}"
-        for k in ("spread_pct", "delta_pct", "step_delta_pct"):
-            d[k] = "" if d[k] is None else f"{d[k]:+.2f}" if k != "spread_pct" else f"{d[k]:.2f}"
+        for k in ("spread_pct", "delta_pct", "step_delta_pct", "noise_band_pct"):
+            d[k] = "" if d[k] is None else f"{d[k]:+.2f}" if "delta" in k else f"{d[k]:.2f}"
         return d
 
 
@@ -613,7 +693,7 @@ CSV_COLUMNS = [f for f in ConfigRow.__dataclass_fields__]
 @dataclass(frozen=True)
 class SweepOptions:
     kind: str = "isolation"
-    repeats: int = 1
+    repeats: int = 2
     accuracy: bool = False
     output: Path = Path("runs/sweep")
     resume: bool = False
@@ -666,7 +746,14 @@ class Sweep:
         (out / REPEAT_FILE).write_text(json.dumps(asdict(outcome), indent=2, default=str) + "\n")
         return outcome, False
 
-    def run_config(self, spec: ConfigSpec, kind: str) -> ConfigRow:
+    def run_config(
+        self,
+        spec: ConfigSpec,
+        kind: str,
+        noop_ref: tuple[RepeatOutcome | None, Sequence[Knob]] = (None, ()),
+    ) -> ConfigRow:
+        """Run a config's repeats. `noop_ref`: the run and knobs to judge "no-op" by (the
+        baseline and the config's knob; stacked: the current stack and the knob added)."""
         from harness import tracking
 
         row = ConfigRow(
@@ -701,7 +788,7 @@ class Sweep:
                     row.resumed += int(resumed)
                     if outcome.status != "ok":
                         break  # a config that fails once is failed: no more engine starts
-                self._fill(row, spec, outcomes)
+                self._fill(row, spec, outcomes, noop_ref)
                 self._log_child(ch, row, outcomes)
                 if row.status == "failed":
                     failed_config = True
@@ -725,7 +812,13 @@ class Sweep:
         )
         return row
 
-    def _fill(self, row: ConfigRow, spec: ConfigSpec, outcomes: list[RepeatOutcome]) -> None:
+    def _fill(
+        self,
+        row: ConfigRow,
+        spec: ConfigSpec,
+        outcomes: list[RepeatOutcome],
+        noop_ref: tuple[RepeatOutcome | None, Sequence[Knob]] = (None, ()),
+    ) -> None:
         row.repeats = len(outcomes)
         failed = [o for o in outcomes if o.status != "ok"]
         tps = [
@@ -755,11 +848,18 @@ class Sweep:
             reasons = [r for o in outcomes if (r := confounding(self.baseline, o, spec))]
             row.status = "confounded" if reasons else "ok"
             row.confounded = reasons[0] if reasons else ""
+        ref, knobs = noop_ref
+        if row.status == "ok" and ref is not None and outcomes:
+            why_noop = no_op(ref, outcomes[0], knobs)
+            if why_noop:
+                row.status, row.note = "no-op", why_noop
         base_tps = self._tps("baseline")
         if spec.name != "baseline" and tps and base_tps:
-            delta, verdict, _ = noise_verdict(base_tps, tps, self.opt.noise_floor)
+            delta, verdict, band = noise_verdict(base_tps, tps, self.opt.noise_floor)
             row.delta_pct = None if delta is None else 100 * delta
-            row.noise_verdict = verdict
+            row.noise_band_pct = 100 * band
+            # a no-op knob's delta is the run-to-run noise, whatever its size
+            row.noise_verdict = "no-op knob" if row.status == "no-op" else verdict
         elif spec.name == "baseline" and tps:
             row.noise_verdict = "reference"
         why = []
@@ -816,6 +916,7 @@ class Sweep:
                 "sweep.why_not_safe": row.why_not_safe or None,
                 "sweep.error": row.error or None,
                 "sweep.confounded": row.confounded or None,
+                "sweep.note": row.note or None,
             }
         )
 
@@ -829,9 +930,8 @@ class Sweep:
         self.rows.append(base_row)
         if self.opt.kind == "isolation":
             for i, knob in enumerate(self.plan.knobs, start=1):
-                self.rows.append(
-                    self.run_config(make_config(self.plan, i, knob.name, [knob]), "isolation")
-                )
+                spec = make_config(self.plan, i, knob.name, [knob])
+                self.rows.append(self.run_config(spec, "isolation", (self.baseline, [knob])))
         else:
             self._stacked(base_row)
         return self.rows
@@ -841,7 +941,9 @@ class Sweep:
         current = base_row
         for i, knob in enumerate(self.plan.knobs, start=1):
             spec = make_config(self.plan, i, "+" + knob.name, [*stack, knob])
-            row = self.run_config(spec, "stacked")
+            ref_outs = self.repeats.get(current.config) or []
+            ref = ref_outs[0] if ref_outs and ref_outs[0].status == "ok" else None
+            row = self.run_config(spec, "stacked", (ref, [knob]))
             cur_tps, tps = self._tps(current.config), row.tps_repeats
             keep, reason = False, ""
             if row.status != "ok":
@@ -885,6 +987,20 @@ def _fmt(v: float | None, spec: str = ",.1f") -> str:
     return "" if v is None else format(v, spec)
 
 
+NOTE_CHARS = 160  # the report's note column: one readable line per config
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _noise_cell(r: ConfigRow) -> str:
+    """The verdict with the band it was judged by, so "within noise" says how much noise."""
+    if r.noise_band_pct is None or r.noise_verdict in ("", "reference", SINGLE_RUN):
+        return r.noise_verdict
+    return f"{r.noise_verdict} (band ±{r.noise_band_pct:.1f}%)"
+
+
 def markdown_table(rows: Sequence[ConfigRow], kind: str) -> str:
     head = [
         "config",
@@ -910,14 +1026,14 @@ def markdown_table(rows: Sequence[ConfigRow], kind: str) -> str:
             _fmt(r.tps_median),
             _fmt(r.spread_pct, ".1f"),
             _fmt(r.delta_pct, "+.1f"),
-            r.noise_verdict,
+            _noise_cell(r),
             r.validity,
             r.accuracy,
             r.safe_to_ship,
         ]
         if kind == "stacked":
             cells += [_fmt(r.step_delta_pct, "+.1f"), r.kept]
-        cells += [r.error or r.confounded or r.why_not_safe]
+        cells += [_cut(r.error or r.confounded or r.note or r.why_not_safe, NOTE_CHARS)]
         lines.append(
             "| " + " | ".join(str(c).replace("|", "\\|").replace("\n", " ") for c in cells) + " |"
         )
@@ -925,11 +1041,16 @@ def markdown_table(rows: Sequence[ConfigRow], kind: str) -> str:
 
 
 RULES = f"""\
-Rules: delta = median(config)/median(baseline) - 1. Noise band = max(2 x the larger relative
-spread (max-min)/median of the two configs, {NOISE_FLOOR:.0%} floor): beyond it "better"/"worse",
-else "within noise"; one repeat: "{SINGLE_RUN}". Confounded = the run's engine args differ from
-the baseline's in other keys than the knob's, or LoadGen settings / sampling / model / dataset
-differ. Safe to ship = ran, not confounded, every repeat VALID, accuracy PASS.
+Rules: delta = median(config)/median(baseline) - 1, over each config's repeats (default 2).
+Noise band = max(2 x the larger relative spread (max-min)/median of the two configs, the
+{NOISE_FLOOR:.0%} floor; --noise-floor): delta above +band "better", below -band "worse", else
+"within noise" (the delta is below the measured noise: no claim). One repeat on either side:
+"{SINGLE_RUN}" (no spread to measure; stacking then uses the floor alone). No-op knob = every
+engine argument it sets already held that value in the engine the config is compared with (as
+the engine resolved it): its delta is noise, whatever its size. Confounded = the run's engine
+args differ from the baseline's in other keys than the knob's (structured values compared key
+by key), or LoadGen settings / sampling / model / dataset / engine environment differ. Safe to
+ship = ran, not confounded, not a no-op, every repeat VALID, accuracy PASS.
 """
 
 
@@ -954,6 +1075,7 @@ def write_chart(rows: Sequence[ConfigRow], path: Path, title: str) -> None:
         "valid": "#1565c0",
         "invalid": "#f9a825",
         "confounded": "#8e24aa",
+        "no-op": "#9e9e9e",
         "failed": "#c62828",
     }
     fig, ax = plt.subplots(figsize=(max(6.0, 1.2 * len(rows) + 2), 4.5))
@@ -973,8 +1095,8 @@ def write_chart(rows: Sequence[ConfigRow], path: Path, title: str) -> None:
             )
             continue
         key = (
-            "confounded"
-            if r.status == "confounded"
+            r.status
+            if r.status in ("confounded", "no-op")
             else "safe"
             if r.safe_to_ship == "yes"
             else "valid"
@@ -1089,6 +1211,7 @@ def run_sweep(plan_path: str | Path, options: SweepOptions, tracking_cfg: Any) -
                 "sweep.configs": len(rows),
                 "sweep.failed": sum(r.status == "failed" for r in rows),
                 "sweep.confounded": sum(r.status == "confounded" for r in rows),
+                "sweep.no_op": sum(r.status == "no-op" for r in rows),
                 "sweep.safe": sum(r.safe_to_ship == "yes" for r in rows),
             }
         )
@@ -1113,7 +1236,11 @@ def add_sweep_arguments(p: Any) -> None:
         help="isolation: baseline + each knob alone; stacked: knobs added in order",
     )
     p.add_argument(
-        "--repeats", type=int, default=1, help="runs per config (>= 2 gives a noise verdict)"
+        "--repeats",
+        type=int,
+        default=2,
+        help="runs per config (default 2; 1 gives no noise estimate: deltas of a few "
+        "percent cannot be told from noise)",
     )
     p.add_argument(
         "--accuracy",
@@ -1157,6 +1284,12 @@ def cmd_sweep(args: Any) -> int:
         config_timeout_s=args.config_timeout,
     )
     cfg = tracking.resolve_tracking(args, default_experiment="mlperf-vllm-sweeps")
+    if opts.repeats == 1:
+        print(
+            "warning: --repeats 1: no run-to-run noise is measured; a delta below the "
+            f"{opts.noise_floor:.0%} floor is noise, and larger ones are unconfirmed",
+            flush=True,
+        )
     sweep = run_sweep(args.plan, opts, cfg)
     print(markdown_table(sweep.rows, opts.kind))
     print(RULES)
