@@ -244,6 +244,7 @@ def build_sut(prep: PreparedRun):
         prep.sampling,
         progress=prep.request.progress,
         name=scenario,
+        final_only=scenario == "Offline",  # no per-token outputs, no first-token reports
     )
     return sut, sut.shutdown
 
