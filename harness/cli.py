@@ -56,6 +56,12 @@ def _add_run_arguments(p: argparse.ArgumentParser) -> None:
         help="allow loading .pkl datasets (unpickling runs code from the file)",
     )
     p.add_argument("--accuracy-level", default="99", choices=["99", "99.9"])
+    p.add_argument(
+        "--price-per-hour",
+        type=float,
+        metavar="DOLLARS",
+        help="hourly price of the machine: results also carry dollars per million output tokens",
+    )
     p.add_argument("--nltk-data", type=Path, help="folder holding NLTK's punkt_tab")
     p.add_argument("--no-evaluate", action="store_true", help="keep the accuracy log unscored")
     p.add_argument("--no-progress", action="store_true")
@@ -210,6 +216,7 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
         evaluate=not args.no_evaluate,
         nltk_data=args.nltk_data,
         submission=args.submission,
+        price_per_hour=args.price_per_hour,
     )
     cfg = tracking.resolve_tracking(args)
     tracking.check_reachable(cfg)  # before any engine starts

@@ -23,6 +23,7 @@ from typing import Any
 
 from harness import preflight
 from harness.benchmarks import Benchmark, resolve
+from harness.cost import add_cost
 from harness.datasets import (
     LoadedDataset,
     check_tokenizer_matches,
@@ -68,6 +69,7 @@ class RunRequest:
     evaluate: bool = True
     nltk_data: Path | None = None
     submission: bool = False
+    price_per_hour: float | None = None  # dollars: adds cost per million output tokens
 
     def modes(self) -> list[str]:
         return ["performance", "accuracy"] if self.mode == "both" else [self.mode]
@@ -104,6 +106,8 @@ def prepare(req: RunRequest) -> PreparedRun:
 
     if req.mode not in MODES:
         raise UsageError(f"unknown mode {req.mode!r}: choose one of {', '.join(MODES)}")
+    if req.price_per_hour is not None and req.price_per_hour <= 0:
+        raise UsageError("--price-per-hour must be a positive number of dollars, e.g. 3.50")
     try:
         bench, loadgen_model = resolve(req.benchmark, req.scenario)
     except (KeyError, ValueError) as exc:
@@ -344,6 +348,7 @@ def run(
                 )
             if mode == "performance":
                 result["performance"] = performance_result(log_dir).to_dict()
+                add_cost(result["performance"], req.price_per_hour)
                 if req.scenario != "Offline":
                     _add_latency_fields(result["performance"], log_dir)
             else:

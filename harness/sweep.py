@@ -35,6 +35,7 @@ Rules (also printed under the table):
 from __future__ import annotations
 
 import csv
+import functools
 import hashlib
 import json
 import os
@@ -48,6 +49,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.cost import usd_per_million_tokens
 from harness.errors import UsageError
 from harness.runner import run_argv
 
@@ -430,10 +432,15 @@ def read_repeat(out: Path, rc: int, log_text: str) -> RepeatOutcome:
 
 
 def run_command(
-    plan: Plan, spec: ConfigSpec, out: Path, mode: str, nltk_data: str | None = None
+    plan: Plan,
+    spec: ConfigSpec,
+    out: Path,
+    mode: str,
+    nltk_data: str | None = None,
+    extra: Sequence[str] = (),
 ) -> list[str]:
     cmd = run_argv(
-        plan.benchmark, plan.scenario, mode, plan.model, plan.dataset, out, plan.user_conf
+        plan.benchmark, plan.scenario, mode, plan.model, plan.dataset, out, plan.user_conf, *extra
     )
     if plan.max_tokens:
         cmd += ["--max-tokens", str(plan.max_tokens)]
@@ -445,16 +452,22 @@ def run_command(
 
 
 def run_repeat(
-    plan: Plan, spec: ConfigSpec, out: Path, mode: str, timeout_s: float | None = None
+    plan: Plan,
+    spec: ConfigSpec,
+    out: Path,
+    mode: str,
+    timeout_s: float | None = None,
+    extra: Sequence[str] = (),
 ) -> RepeatOutcome:
-    """One `mlperf-vllm run` in its own process; its output goes to OUT/run.log."""
+    """One `mlperf-vllm run` in its own process (`extra`: more of its options, e.g. the
+    price); its output goes to OUT/run.log."""
     out.mkdir(parents=True, exist_ok=True)
     for stale in ("result.json", REPEAT_FILE):
         (out / stale).unlink(missing_ok=True)
     env = {**os.environ, **dict(spec.env)}
     for k in ("MLPERF_VLLM_PARENT_RUN_ID",):
         env.pop(k, None)
-    cmd = run_command(plan, spec, out, mode, env.get("NLTK_DATA"))
+    cmd = run_command(plan, spec, out, mode, env.get("NLTK_DATA"), extra)
     t0 = time.monotonic()
     with open(out / RUN_LOG, "w") as log:
         log.write("$ " + shlex.join(cmd) + "\n")
@@ -658,6 +671,7 @@ class ConfigRow:
     tps_median: float | None = None
     tps_min: float | None = None
     tps_max: float | None = None
+    usd_per_million_tokens: float | None = None  # at --price-per-hour, from the median
     spread_pct: float | None = None
     delta_pct: float | None = None  # vs baseline
     noise_band_pct: float | None = None  # |delta| at or below this is noise (see RULES)
@@ -700,6 +714,7 @@ class SweepOptions:
     keep_all: bool = False
     noise_floor: float = NOISE_FLOOR
     config_timeout_s: float | None = None
+    price_per_hour: float | None = None  # passed to every run; rows carry $/Mtok
 
 
 RepeatRunner = Callable[[Plan, ConfigSpec, Path, str, "float | None"], RepeatOutcome]
@@ -713,7 +728,7 @@ class Sweep:
         plan: Plan,
         options: SweepOptions,
         parent: Any = None,
-        runner: RepeatRunner = run_repeat,
+        runner: RepeatRunner | None = None,
     ) -> None:
         self.plan = plan
         self.opt = options
@@ -722,6 +737,13 @@ class Sweep:
 
             parent = TrackedRun(TrackingConfig(uri="", enabled=False))
         self.parent = parent
+        if runner is None:
+            extra = (
+                ()
+                if options.price_per_hour is None
+                else ("--price-per-hour", f"{options.price_per_hour:g}")
+            )
+            runner = functools.partial(run_repeat, extra=extra)
         self.runner = runner
         self.rows: list[ConfigRow] = []
         self.repeats: dict[str, list[RepeatOutcome]] = {}
@@ -829,6 +851,10 @@ class Sweep:
         row.tps_repeats = tps
         if tps:
             row.tps_median = statistics.median(tps)
+            if self.opt.price_per_hour is not None:
+                row.usd_per_million_tokens = usd_per_million_tokens(
+                    row.tps_median, self.opt.price_per_hour
+                )
             row.tps_min, row.tps_max = min(tps), max(tps)
             s = rel_spread(tps)
             row.spread_pct = None if s is None else 100 * s
@@ -900,6 +926,7 @@ class Sweep:
             "sweep.tps_min": row.tps_min,
             "sweep.tps_max": row.tps_max,
             "sweep.spread_pct": row.spread_pct,
+            "sweep.usd_per_million_tokens": row.usd_per_million_tokens,
             "sweep.delta_pct": row.delta_pct,
             "sweep.repeats": row.repeats,
             "sweep.valid": 1.0 if row.validity == "VALID" else 0.0,
@@ -1002,11 +1029,13 @@ def _noise_cell(r: ConfigRow) -> str:
 
 
 def markdown_table(rows: Sequence[ConfigRow], kind: str) -> str:
+    priced = any(r.usd_per_million_tokens is not None for r in rows)
     head = [
         "config",
         "change",
         "status",
         "tok/s median",
+        *(["$/M tokens"] if priced else []),
         "spread %",
         "delta %",
         "noise",
@@ -1024,6 +1053,7 @@ def markdown_table(rows: Sequence[ConfigRow], kind: str) -> str:
             r.change,
             r.status,
             _fmt(r.tps_median),
+            *([_fmt(r.usd_per_million_tokens, ",.4f")] if priced else []),
             _fmt(r.spread_pct, ".1f"),
             _fmt(r.delta_pct, "+.1f"),
             _noise_cell(r),
@@ -1170,6 +1200,8 @@ def run_sweep(plan_path: str | Path, options: SweepOptions, tracking_cfg: Any) -
         raise UsageError(f"unknown sweep kind {options.kind!r}: choose one of {', '.join(KINDS)}")
     if options.repeats < 1:
         raise UsageError("--repeats must be at least 1")
+    if options.price_per_hour is not None and options.price_per_hour <= 0:
+        raise UsageError("--price-per-hour must be a positive number of dollars, e.g. 3.50")
     plan = parse_plan(plan_path)
     out = options.output
     if (out / "sweep.json").exists() and not options.resume:
@@ -1185,6 +1217,7 @@ def run_sweep(plan_path: str | Path, options: SweepOptions, tracking_cfg: Any) -
         "accuracy": options.accuracy,
         "keep_all": options.keep_all,
         "noise_floor": options.noise_floor,
+        "price_per_hour": options.price_per_hour,
         "benchmark": plan.benchmark,
         "scenario": plan.scenario,
         "model": str(plan.model),
@@ -1263,6 +1296,13 @@ def add_sweep_arguments(p: Any) -> None:
         help="smallest relative change called better/worse (default 0.02)",
     )
     p.add_argument(
+        "--price-per-hour",
+        type=float,
+        metavar="DOLLARS",
+        help="hourly machine price, passed to every run: rows carry dollars per million "
+        "output tokens",
+    )
+    p.add_argument(
         "--config-timeout",
         type=float,
         help="seconds one repeat may take before it is recorded as failed",
@@ -1282,6 +1322,7 @@ def cmd_sweep(args: Any) -> int:
         keep_all=args.keep_all,
         noise_floor=args.noise_floor,
         config_timeout_s=args.config_timeout,
+        price_per_hour=args.price_per_hour,
     )
     cfg = tracking.resolve_tracking(args, default_experiment="mlperf-vllm-sweeps")
     if opts.repeats == 1:

@@ -227,3 +227,9 @@ def test_unknown_benchmark_and_engine_flag(capsys, tiny_model, tiny_dataset, tmp
         ),
     )
     assert_one_clear_line(code, err, "max_num_sequences")
+
+
+def test_bad_price(capsys, tiny_model, tiny_dataset, tmp_path):
+    args = offline_args(tiny_model, tiny_dataset, tmp_path / "o", "--price-per-hour", "-1")
+    code, err = run_cli(capsys, *args)
+    assert_one_clear_line(code, err, "--price-per-hour must be a positive")

@@ -438,3 +438,27 @@ def test_two_repeats_by_default_and_the_noise_band_is_reported(tmp_path):
     from harness.sweep import RULES
 
     assert "below the measured noise" in RULES and "no-op" in RULES.lower()
+
+
+def test_price_per_hour_reaches_every_run_and_the_rows(tmp_path):
+    from harness.sweep import run_command
+
+    plan = _stack_plan(tmp_path)
+    opts = SweepOptions(output=tmp_path / "out", repeats=1, price_per_hour=2.0)
+    default = Sweep(plan, opts)  # the real per-repeat runner: `mlperf-vllm run` subprocesses
+    assert default.runner.keywords["extra"] == ("--price-per-hour", "2")
+    cmd = run_command(
+        plan,
+        make_config(plan, 0, "baseline", []),
+        tmp_path,
+        "performance",
+        None,
+        ("--price-per-hour", "2"),
+    )
+    assert cmd[cmd.index("--price-per-hour") + 1] == "2"
+    runner = FakeRunner({(): 100.0, ("a",): 200.0, ("b",): 100.0, ("c",): 100.0, ("d",): 100.0})
+    rows = Sweep(plan, opts, runner=runner).run()
+    by = {r.config: r for r in rows}
+    # $2/h at 200 tok/s = 720,000 tokens an hour
+    assert by["a"].usd_per_million_tokens == pytest.approx(2.0 / 0.72)
+    assert "$/M tokens" in markdown_table(rows, "isolation")
