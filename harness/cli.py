@@ -57,6 +57,21 @@ def _add_run_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--accuracy-level", default="99", choices=["99", "99.9"])
     p.add_argument(
+        "--offline-order",
+        default="arrival",
+        choices=["arrival", "longest-first", "shortest-first"],
+        help="Offline: the order the query's samples go to the engine, by prompt length "
+        "(a SUT may process them in any order; default: LoadGen's)",
+    )
+    p.add_argument(
+        "--warmup-samples",
+        type=int,
+        default=0,
+        metavar="N",
+        help="Offline: generate the dataset's first N prompts before the LoadGen test, "
+        "untimed (the first passes pay for compilation and graph capture)",
+    )
+    p.add_argument(
         "--price-per-hour",
         type=float,
         metavar="DOLLARS",
@@ -216,6 +231,8 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
         evaluate=not args.no_evaluate,
         nltk_data=args.nltk_data,
         submission=args.submission,
+        offline_order=args.offline_order,
+        warmup_samples=args.warmup_samples,
         price_per_hour=args.price_per_hour,
     )
     cfg = tracking.resolve_tracking(args)

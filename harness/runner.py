@@ -69,6 +69,8 @@ class RunRequest:
     evaluate: bool = True
     nltk_data: Path | None = None
     submission: bool = False
+    offline_order: str = "arrival"  # sut.offline.ORDERS: samples to the engine by prompt length
+    warmup_samples: int = 0  # dataset prompts generated before the LoadGen test, untimed
     price_per_hour: float | None = None  # dollars: adds cost per million output tokens
 
     def modes(self) -> list[str]:
@@ -106,8 +108,7 @@ def prepare(req: RunRequest) -> PreparedRun:
 
     if req.mode not in MODES:
         raise UsageError(f"unknown mode {req.mode!r}: choose one of {', '.join(MODES)}")
-    if req.price_per_hour is not None and req.price_per_hour <= 0:
-        raise UsageError("--price-per-hour must be a positive number of dollars, e.g. 3.50")
+    _check_sut_options(req)
     try:
         bench, loadgen_model = resolve(req.benchmark, req.scenario)
     except (KeyError, ValueError) as exc:
@@ -162,6 +163,29 @@ def prepare(req: RunRequest) -> PreparedRun:
     if engine_config.prefix_caching:
         warnings.append("prefix caching is on: not compliant with the MLPerf LLM rules")
     return PreparedRun(req, bench, loadgen_model, dataset, engine_config, sampling, warnings)
+
+
+def _check_sut_options(req: RunRequest) -> None:
+    from sut.offline import ORDERS
+
+    if req.offline_order not in ORDERS:
+        raise UsageError(
+            f"unknown --offline-order {req.offline_order!r}: choose one of {', '.join(ORDERS)}"
+        )
+    if req.warmup_samples < 0:
+        raise UsageError("--warmup-samples must be 0 or more")
+    if req.price_per_hour is not None and req.price_per_hour <= 0:
+        raise UsageError("--price-per-hour must be a positive number of dollars, e.g. 3.50")
+    dp = int(req.engine_overrides.get("data_parallel_size") or 1)
+    for flag, used in (
+        ("--offline-order", req.offline_order != "arrival"),
+        ("--warmup-samples", req.warmup_samples > 0),
+    ):
+        if used and (req.scenario != "Offline" or dp > 1):
+            raise UsageError(
+                f"{flag} applies to Offline on one engine (data_parallel_size 1): drop it "
+                f"for {req.scenario}" + (f" with data_parallel_size {dp}" if dp > 1 else "")
+            )
 
 
 def _versions() -> dict[str, str]:
@@ -230,6 +254,7 @@ def build_sut(prep: PreparedRun):
             prep.dataset.prompts,
             make_sampling_params(**prep.sampling),
             progress=prep.request.progress,
+            order=prep.request.offline_order,
         )
 
         def shutdown() -> None:
@@ -287,6 +312,7 @@ def run(
         "engine_args": prep.engine_config.describe(),
         "sampling": prep.sampling,
         "env_vars": engine_env_vars(),
+        "sut_options": {"offline_order": req.offline_order, "warmup_samples": req.warmup_samples},
         "warnings": list(prep.warnings),
         "versions": _versions(),
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -337,6 +363,8 @@ def run(
         result["warnings"].append(note)
         print(f"warning: {note}", flush=True)
     try:
+        if req.warmup_samples:
+            _warm_up(sut, prep, result)
         for mode in req.modes():
             set_mode(settings, mode)
             log_dir = out / mode
@@ -379,6 +407,16 @@ def run(
     if on_result:
         on_result(result)
     return RunOutcome(result, result_path)
+
+
+def _warm_up(sut: Any, prep: PreparedRun, result: dict[str, Any]) -> None:
+    """The dataset's first N prompts (cycled) on the engine before the LoadGen test, untimed.
+    Prefix caching is off by default, so the timed test gains no cache hits from them."""
+    n = prep.request.warmup_samples
+    t0 = time.monotonic()
+    finished = sut.warm_up([i % prep.dataset.size for i in range(n)])
+    result["warmup"] = {"samples": n, "finished": finished, "s": round(time.monotonic() - t0, 2)}
+    print(f"warm-up: {finished} of {n} samples in {result['warmup']['s']} s, untimed", flush=True)
 
 
 LOADGEN_THREAD = "loadgen-test"

@@ -19,6 +19,14 @@ def result_rows(result: dict[str, Any]) -> list[tuple[str, str]]:
         ("scenario / mode", f"{result['scenario']} / {result['mode']}"),
         ("status", str(result.get("status"))),
     ]
+    options = result.get("sut_options") or {}
+    if options.get("offline_order", "arrival") != "arrival":
+        rows.append(("sample order", f"{options['offline_order']} (by prompt length)"))
+    if result.get("warmup"):
+        w = result["warmup"]
+        rows.append(
+            ("warm-up", f"{w['finished']} of {w['samples']} samples in {w['s']} s, untimed")
+        )
     perf = result.get("performance")
     if perf:
         rows.append(("validity", perf["validity"]))
