@@ -6,6 +6,15 @@
 #                          Interactive (500 / 30 ms) vs the one-query-at-a-time pattern
 #   bench/gpu.sh scale-8b  (2 GPUs) Llama-3.1-8B FP8 on one GPU, DP 2 and TP 2, via `mlperf-vllm run`
 #   bench/gpu.sh tp2-70b   (2 GPUs) Llama-2-70B FP8, TP 2, via `mlperf-vllm run`
+#   bench/gpu.sh offline-full  Llama-3.1-8B FP8 Offline via `mlperf-vllm run` at the real query size:
+#                          13,368 prompts (CNN/DailyMail length profile, mean input 870), 128
+#                          output tokens, min_duration 0; then the quicker 2,000-prompt run used
+#                          to rank configs (`offline-2k` alone). Engine flags for both: $STACK
+#                          (default: vLLM's defaults), e.g.
+#                          STACK="--max-num-seqs 512 --max-num-batched-tokens 65536"
+#                          SUT options: WARMUP=N (untimed warm-up of N prompts before the test),
+#                          ORDER=longest-first|shortest-first (samples to the engine by prompt
+#                          length), PRICE=DOLLARS (adds $ per million output tokens)
 #   bench/gpu.sh all       offline + server
 # Needs vLLM on the machine: on the lent offline GPU machine, stage it first with the gpu-stage
 # kit (its README: two commands), then run this with `.gpu-stage/bin` sent along. Results go to
@@ -45,7 +54,7 @@ server() {  # name, extra args...
 cli_offline() {  # name, model, mean input length, max tokens, run args...
   local name=$1 model=$2 mean=$3 maxtok=$4; shift 4
   local work=${TMPDIR:-/tmp}/gpu-bench; mkdir -p "$work"
-  local data="$work/data_${mean}.json" conf="$work/offline_all.conf"
+  local data="$work/data_${mean}_${SAMPLES}.json" conf="$work/offline_all.conf"
   [ -f "$data" ] || python3 -c "
 import json, sys; from pathlib import Path; from bench.offline_overhead import random_prompts
 p = random_prompts(Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), seed=5)
@@ -57,10 +66,19 @@ Path(sys.argv[4]).write_text(json.dumps([{'tok_input': x} for x in p]))" \
     "$SAMPLES" > "$conf"
   python3 -m harness.cli run --benchmark llama3_1-8b --scenario Offline --mode performance \
     --model "$model" --dataset "$data" --output "$work/run_$name" --user-conf "$conf" \
-    --no-mlflow --no-progress --ignore-eos --max-tokens "$maxtok" "${DUMMY[@]}" "$@" 2>&1 \
-    | grep -E "validity|tokens/s|samples|duration|error|Error" | sed "s/^/[$name] /" \
+    --no-mlflow --no-progress --ignore-eos --max-tokens "$maxtok" "${DUMMY[@]}" "${SUT_OPTS[@]}" \
+    "$@" 2>&1 | grep -E "validity|tokens/s|samples|duration|warm-up|cost|error|Error" \
+    | sed "s/^/[$name] /" \
     | tee "$OUT/run_$name.log"
 }
+
+# Options of our SUT for cli_offline runs (see the header).
+SUT_OPTS=()
+[ -n "${WARMUP:-}" ] && SUT_OPTS+=(--warmup-samples "$WARMUP")
+[ -n "${ORDER:-}" ] && SUT_OPTS+=(--offline-order "$ORDER")
+[ -n "${PRICE:-}" ] && SUT_OPTS+=(--price-per-hour "$PRICE")
+read -r -a STACK_ARGS <<< "${STACK:-}"
+TAG=${TAG:-${WARMUP:+warm${WARMUP}_}${ORDER:+${ORDER}_}}
 
 case "${1:-all}" in
   scale-8b)  # 2 GPUs: one GPU, DP 2, TP 2 for Llama-3.1-8B FP8 + FP8 KV
@@ -70,12 +88,17 @@ case "${1:-all}" in
   tp2-70b)   # 2 GPUs: Llama-2-70B FP8 + FP8 KV, TP 2; OpenOrca-like input, its mean output length
     cli_offline 70b_fp8_tp2 .gpu-stage/bin/llama2_70b_dummy 300 294 "${FP8[@]}" \
       --tensor-parallel-size 2 ;;
+  offline-full)  # the submission's query size, then the config-ranking size
+    SAMPLES=13368 cli_offline "8b_fp8_${TAG}full" "$MODEL" 870 128 "${FP8[@]}" "${STACK_ARGS[@]}"
+    SAMPLES=2000 cli_offline "8b_fp8_${TAG}2k" "$MODEL" 870 128 "${FP8[@]}" "${STACK_ARGS[@]}" ;;
+  offline-2k)
+    SAMPLES=2000 cli_offline "8b_fp8_${TAG}2k" "$MODEL" 870 128 "${FP8[@]}" "${STACK_ARGS[@]}" ;;
   offline) offline bf16; offline fp8 "${FP8[@]}" ;;
   offline-bf16) offline bf16 ;;
   offline-fp8) offline fp8 "${FP8[@]}" ;;
   server) server fp8 "${FP8[@]}" ;;
   interactive) server fp8_interactive "${FP8[@]}" --ttft-ms 500 --tpot-ms 30 --skip-reference ;;
   all) offline bf16; offline fp8 "${FP8[@]}"; server fp8 "${FP8[@]}" ;;
-  *) echo "usage: $0 {offline|offline-bf16|offline-fp8|server|interactive|scale-8b|tp2-70b|all}" >&2
+  *) echo "usage: $0 {offline|offline-bf16|offline-fp8|offline-full|offline-2k|server|interactive|scale-8b|tp2-70b|all}" >&2
      exit 2 ;;
 esac
