@@ -875,10 +875,15 @@ class Sweep:
             row.status = "confounded" if reasons else "ok"
             row.confounded = reasons[0] if reasons else ""
         ref, knobs = noop_ref
-        if row.status == "ok" and ref is not None and outcomes:
+        if row.status in ("ok", "confounded") and ref is not None and outcomes:
             why_noop = no_op(ref, outcomes[0], knobs)
-            if why_noop:
-                row.status, row.note = "no-op", why_noop
+            # a knob restating a value the baseline already passed (a CPU default, say) leaves
+            # the engine args unchanged: the guard's "no effect" is this, not a confounder
+            only_no_effect = all(
+                p.startswith("knob had no effect") for p in row.confounded.split("; ") if p
+            )
+            if why_noop and only_no_effect:
+                row.status, row.note, row.confounded = "no-op", why_noop, ""
         base_tps = self._tps("baseline")
         if spec.name != "baseline" and tps and base_tps:
             delta, verdict, band = noise_verdict(base_tps, tps, self.opt.noise_floor)
@@ -1075,12 +1080,13 @@ Rules: delta = median(config)/median(baseline) - 1, over each config's repeats (
 Noise band = max(2 x the larger relative spread (max-min)/median of the two configs, the
 {NOISE_FLOOR:.0%} floor; --noise-floor): delta above +band "better", below -band "worse", else
 "within noise" (the delta is below the measured noise: no claim). One repeat on either side:
-"{SINGLE_RUN}" (no spread to measure; stacking then uses the floor alone). No-op knob = every
-engine argument it sets already held that value in the engine the config is compared with (as
-the engine resolved it): its delta is noise, whatever its size. Confounded = the run's engine
-args differ from the baseline's in other keys than the knob's (structured values compared key
-by key), or LoadGen settings / sampling / model / dataset / engine environment differ. Safe to
-ship = ran, not confounded, not a no-op, every repeat VALID, accuracy PASS.
+"{SINGLE_RUN}" (no spread to measure; stacking then uses the floor
+alone). No-op knob = every engine argument it sets already held that value in the engine the
+config is compared with (as the engine resolved it): its delta is noise, whatever its size.
+Confounded = the run's engine args differ from the baseline's in other keys than the knob's
+(structured values compared key by key), or LoadGen settings / sampling / model / dataset /
+engine environment differ. Safe to ship = ran, not confounded, not a no-op, every repeat
+VALID, accuracy PASS.
 """
 
 

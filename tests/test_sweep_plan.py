@@ -417,6 +417,12 @@ def test_knob_equal_to_the_engines_resolved_value_is_a_no_op(tmp_path, resolved_
     srows = stacked.run()
     assert {row.config: row.kept for row in srows}["+async"] == "dropped: no-op"
     assert stacked.final_stack == ["seqs"]
+    # a knob restating a value the baseline run already passed to the engine (not in the plan:
+    # a CPU default) leaves the engine args unchanged: a no-op, not "confounded"
+    plan3 = parse_plan(_plan(tmp_path, "knob seqs64 --engine-arg max_num_seqs=64\n"))
+    runner3 = FakeRunner({(): 100.0, ("seqs64",): 104.0})
+    rows3 = Sweep(plan3, SweepOptions(output=tmp_path / "s64", repeats=1), runner=runner3).run()
+    assert rows3[1].status == "no-op" and rows3[1].confounded == "", rows3[1]
 
 
 def test_two_repeats_by_default_and_the_noise_band_is_reported(tmp_path):
