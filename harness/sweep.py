@@ -23,7 +23,8 @@ Rules (also printed under the table):
   values (structured values such as `compilation_config` compared as JSON, on the knob's
   keys); effective LoadGen settings, sampling, model, dataset and user.conf must be equal.
   Environment variables that steer the engine (VLLM_*, OMP_*, CUDA_*, NCCL_*, ...) are
-  recorded by each run and must differ only where the config sets them, to its values.
+  recorded by each run and must differ only where the config sets them, to its values; so
+  must the SUT options (`--sut offline_order=... / warmup_samples=...`, Offline).
   Otherwise the config is "confounded".
 - safe to ship = ran, not confounded, every repeat VALID, accuracy PASS.
 - stacked: knobs are tried in plan order on top of the current stack; one is kept when its
@@ -64,6 +65,9 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 _ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _UNEXPANDED_RE = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?")
 _SETTINGS = ("benchmark", "scenario", "model", "dataset", "user_conf", "max_tokens")
+# Options of our SUT a knob may set (`--sut KEY=VALUE`), as `mlperf-vllm run` flags; each run
+# records them in result.json `sut_options`.
+SUT_KNOBS = {"offline_order": "--offline-order", "warmup_samples": "--warmup-samples"}
 
 
 class PlanError(UsageError):
@@ -79,6 +83,7 @@ class Change:
 
     engine_args: tuple[str, ...] = ()  # KEY=VALUE as written
     env: tuple[tuple[str, str], ...] = ()
+    sut: tuple[tuple[str, str], ...] = ()  # SUT_KNOBS keys
 
     def engine_keys(self) -> set[str]:
         return {p.partition("=")[0].strip().lstrip("-").replace("-", "_") for p in self.engine_args}
@@ -86,6 +91,7 @@ class Change:
     def describe(self) -> str:
         parts = [f"--engine-arg {p}" for p in self.engine_args]
         parts += [f"--env {k}={v}" for k, v in self.env]
+        parts += [f"--sut {k}={v}" for k, v in self.sut]
         return " ".join(parts)
 
 
@@ -113,14 +119,15 @@ class Plan:
 def _parse_change(tokens: list[str], where: str) -> Change:
     engine: list[str] = []
     env: list[tuple[str, str]] = []
+    sut: list[tuple[str, str]] = []
     i = 0
     while i < len(tokens):
         tok = tokens[i]
         opt, eq, inline = tok.partition("=") if tok.startswith("--") else (tok, "", "")
-        if opt not in ("--engine-arg", "--env"):
+        if opt not in ("--engine-arg", "--env", "--sut"):
             raise PlanError(
-                f"{where}: unexpected {tok!r}: a knob takes --engine-arg KEY=VALUE "
-                "and --env NAME=VALUE only"
+                f"{where}: unexpected {tok!r}: a knob takes --engine-arg KEY=VALUE, "
+                "--env NAME=VALUE and --sut KEY=VALUE only"
             )
         if eq:
             value = inline
@@ -134,12 +141,29 @@ def _parse_change(tokens: list[str], where: str) -> Change:
             raise PlanError(f"{where}: {opt} {value!r} is not KEY=VALUE")
         if opt == "--engine-arg":
             engine.append(value)
+        elif opt == "--sut":
+            if key not in SUT_KNOBS:
+                raise PlanError(
+                    f"{where}: --sut {value!r}: {key!r} is not a SUT option; use one of "
+                    f"{', '.join(SUT_KNOBS)}"
+                )
+            sut.append((key, _sut_value(key, value.partition("=")[2], where)))
         else:
             if not _ENV_RE.match(key):
                 raise PlanError(f"{where}: --env {value!r}: {key!r} is not a variable name")
             env.append((key, value.partition("=")[2]))
         i += 1
-    return Change(tuple(engine), tuple(env))
+    return Change(tuple(engine), tuple(env), tuple(sut))
+
+
+def _sut_value(key: str, value: str, where: str) -> str:
+    from sut.offline import ORDERS
+
+    if key == "offline_order" and value not in ORDERS:
+        raise PlanError(f"{where}: --sut offline_order={value}: use one of {', '.join(ORDERS)}")
+    if key == "warmup_samples" and not value.isdigit():
+        raise PlanError(f"{where}: --sut warmup_samples={value}: give a whole number >= 0")
+    return value
 
 
 def _expand(token: str, where: str) -> str:
@@ -184,7 +208,11 @@ def parse_plan(path: str | Path, *, check_engine_args: bool = True) -> Plan:
             settings[word] = rest[0]
         elif word == "baseline":
             more = _parse_change(rest, where)
-            baseline = Change(baseline.engine_args + more.engine_args, baseline.env + more.env)
+            baseline = Change(
+                baseline.engine_args + more.engine_args,
+                baseline.env + more.env,
+                baseline.sut + more.sut,
+            )
         elif word == "knob":
             if not rest:
                 raise PlanError(f"{where}: `knob` needs a name and its arguments")
@@ -197,10 +225,10 @@ def parse_plan(path: str | Path, *, check_engine_args: bool = True) -> Plan:
             if any(k.name == name for k in knobs):
                 raise PlanError(f"{where}: knob {name!r} is defined twice")
             change = _parse_change(rest[1:], f"{where} (knob {name})")
-            if not change.engine_args and not change.env:
+            if not change.engine_args and not change.env and not change.sut:
                 raise PlanError(
                     f"{where}: knob {name!r} changes nothing: give it "
-                    "--engine-arg KEY=VALUE or --env NAME=VALUE"
+                    "--engine-arg KEY=VALUE, --env NAME=VALUE or --sut KEY=VALUE"
                 )
             knobs.append(Knob(name, change, n))
         else:
@@ -213,6 +241,8 @@ def parse_plan(path: str | Path, *, check_engine_args: bool = True) -> Plan:
             raise PlanError(f"{path}: no `{required}` line: the baseline needs one")
     if not knobs:
         raise PlanError(f"{path}: no `knob` lines: a sweep needs at least one knob")
+    if settings["scenario"] != "Offline" and (baseline.sut or any(k.change.sut for k in knobs)):
+        raise PlanError(f"{path}: --sut options apply to the Offline scenario only")
     try:
         from harness.benchmarks import resolve
 
@@ -271,6 +301,7 @@ def validate_engine_args(plan: Plan) -> None:
             raise PlanError(f"{plan.path}:{knob.line}: knob {knob.name}: {exc}") from None
         same = [k for k, v in typed.items() if k in base and base[k] == v]
         same += [k for k, v in knob.change.env if base_env.get(k) == v]
+        same += [k for k, v in knob.change.sut if dict(plan.baseline.sut).get(k) == v]
         if same:
             raise PlanError(
                 f"{plan.path}:{knob.line}: knob {knob.name} sets {', '.join(same)} "
@@ -290,6 +321,7 @@ class ConfigSpec:
     env: tuple[tuple[str, str], ...]
     expected_keys: tuple[str, ...]  # engine keys that must differ from the baseline
     expected_values: tuple[tuple[str, str], ...]  # as written, for the report
+    sut: tuple[tuple[str, str], ...] = ()  # SUT options (baseline's, then the knobs')
 
     @property
     def dirname(self) -> str:
@@ -305,6 +337,7 @@ class ConfigSpec:
             "max_tokens": plan.max_tokens,
             "engine_args": list(self.engine_args),
             "env": list(self.env),
+            **({"sut": list(self.sut)} if self.sut else {}),  # older sweeps resume as before
             "accuracy": accuracy,
         }
         return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
@@ -313,6 +346,7 @@ class ConfigSpec:
 def make_config(plan: Plan, index: int, name: str, knobs: Sequence[Knob]) -> ConfigSpec:
     engine = list(plan.baseline.engine_args)
     env = dict(plan.baseline.env)
+    sut = dict(plan.baseline.sut)
     keys: list[str] = []
     values: dict[str, str] = {}
     for knob in knobs:
@@ -325,6 +359,9 @@ def make_config(plan: Plan, index: int, name: str, knobs: Sequence[Knob]) -> Con
             values[key] = pair.partition("=")[2]
         for k, v in knob.change.env:
             values[f"env.{k}"] = v
+        sut.update(knob.change.sut)
+        for k, v in knob.change.sut:
+            values[f"sut.{k}"] = v
     return ConfigSpec(
         index,
         name,
@@ -333,6 +370,7 @@ def make_config(plan: Plan, index: int, name: str, knobs: Sequence[Knob]) -> Con
         tuple(sorted(env.items())),
         tuple(keys),
         tuple(values.items()),
+        tuple(sorted(sut.items())),
     )
 
 
@@ -397,6 +435,8 @@ def _fingerprint(result: Mapping[str, Any]) -> dict[str, Any]:
         "dataset_sha256": result.get("dataset_sha256"),
         "user_conf": result.get("user_conf"),
         "sampling": result.get("sampling"),
+        # SUT options (offline order, warm-up); absent before they were recorded
+        **({"sut_options": result["sut_options"]} if "sut_options" in result else {}),
         "loadgen": {
             k: v for k, v in (perf.get("settings") or {}).items() if k.startswith("effective_")
         },
@@ -448,6 +488,8 @@ def run_command(
         cmd += ["--nltk-data", nltk_data]
     for pair in spec.engine_args:
         cmd += ["--engine-arg", pair]
+    for key, value in spec.sut:
+        cmd += [SUT_KNOBS[key], value]
     return cmd
 
 
@@ -591,7 +633,21 @@ def confounding(base: RepeatOutcome, run: RepeatOutcome, spec: ConfigSpec) -> st
         if want is not None and not values_match(want, got):
             problems.append(f"{k} ran as {_short(got)}, the plan asked for {_short(want)}")
     problems += _env_confounding(base.env_vars, run.env_vars, dict(spec.env))
+    wanted_sut = dict(spec.sut)
+    base_sut, run_sut = base.fingerprint.get("sut_options"), run.fingerprint.get("sut_options")
+    if isinstance(base_sut, dict) and isinstance(run_sut, dict):
+        for k in sorted(set(base_sut) | set(run_sut)):
+            if k in wanted_sut:
+                if not values_match(wanted_sut[k], run_sut.get(k)):
+                    problems.append(
+                        f"sut {k} ran as {_short(run_sut.get(k))}, the plan asked for "
+                        f"{_short(wanted_sut[k])}"
+                    )
+            elif base_sut.get(k) != run_sut.get(k):
+                problems.append(f"sut_options differs from the baseline: {k}")
     for key, value in base.fingerprint.items():
+        if key == "sut_options":
+            continue
         other = run.fingerprint.get(key)
         if value != other:
             if isinstance(value, dict) and isinstance(other, dict):
@@ -630,7 +686,7 @@ def no_op(reference: RepeatOutcome, run: RepeatOutcome, knobs: Sequence[Knob]) -
     by default; or the run resolved it to the reference's value anyway. A knob that sets an
     environment variable, or a key the engine does not report, is never called a no-op."""
     pairs = [p.partition("=") for k in knobs for p in k.change.engine_args]
-    if not pairs or any(k.change.env for k in knobs):
+    if not pairs or any(k.change.env or k.change.sut for k in knobs):
         return None
     same = []
     for raw_key, _, want in pairs:

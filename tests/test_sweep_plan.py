@@ -76,7 +76,10 @@ def test_plan_format_env_expansion_and_typed_args(tmp_path, monkeypatch):
     [
         ("knob x --engine-arg no_such_arg=1\n", "no engine argument 'no_such_arg'"),
         ("knob x --engine-arg max_num_seqs=many\n", "invalid"),
-        ("knob x --max-num-seqs 4\n", "--engine-arg KEY=VALUE and --env NAME=VALUE only"),
+        (
+            "knob x --max-num-seqs 4\n",
+            "--engine-arg KEY=VALUE, --env NAME=VALUE and --sut KEY=VALUE only",
+        ),
         ("knob x --engine-arg max_num_seqs=8\nknob x --engine-arg max_num_seqs=9\n", "twice"),
         ("knob x\n", "changes nothing"),
         ("knob x --engine-arg max_num_seqs=${NOT_SET_ANYWHERE}\n", "NOT_SET_ANYWHERE is not set"),
@@ -468,3 +471,64 @@ def test_price_per_hour_reaches_every_run_and_the_rows(tmp_path):
     # $2/h at 200 tok/s = 720,000 tokens an hour
     assert by["a"].usd_per_million_tokens == pytest.approx(2.0 / 0.72)
     assert "$/M tokens" in markdown_table(rows, "isolation")
+
+
+def test_sut_option_knobs_reach_the_run_and_are_guarded(tmp_path):
+    from harness.sweep import run_command
+
+    plan = parse_plan(
+        _plan(
+            tmp_path,
+            "baseline --sut warmup_samples=2\n"
+            "knob longest --sut offline_order=longest-first\n"
+            "knob warm --sut warmup_samples=8\n",
+        )
+    )
+    longest, warm = plan.knobs
+    spec = make_config(plan, 1, "longest", [longest])
+    cmd = run_command(plan, spec, tmp_path, "performance")
+    assert cmd[cmd.index("--offline-order") + 1] == "longest-first"
+    assert cmd[cmd.index("--warmup-samples") + 1] == "2"  # the baseline's
+    assert spec.signature(plan, False) != make_config(plan, 2, "warm", [warm]).signature(
+        plan, False
+    )
+
+    def ran(**sut_options):
+        return _outcome(
+            sut_options={"offline_order": "arrival", "warmup_samples": 2, **sut_options}
+        )
+
+    base = ran()
+    assert confounding(base, ran(offline_order="longest-first"), spec) is None
+    assert "sut offline_order ran as 'arrival'" in (confounding(base, ran(), spec) or "")
+    # the baseline's own SUT option must hold too
+    assert "sut warmup_samples ran as 0, the plan asked for '2'" in (
+        confounding(base, ran(offline_order="longest-first", warmup_samples=0), spec) or ""
+    )
+    # a SUT option neither the baseline nor the knob sets must not move
+    warm_spec = make_config(plan, 2, "warm", [warm])
+    assert "sut_options differs from the baseline: offline_order" in (
+        confounding(base, ran(warmup_samples=8, offline_order="longest-first"), warm_spec) or ""
+    )
+    assert confounding(base, ran(warmup_samples=8), warm_spec) is None
+    assert no_op(base, ran(offline_order="longest-first"), [longest]) is None
+
+
+@pytest.mark.parametrize(
+    "body, match",
+    [
+        ("knob k --sut batch=4\n", "'batch' is not a SUT option"),
+        ("knob k --sut offline_order=random\n", "use one of arrival, longest-first"),
+        ("knob k --sut warmup_samples=lots\n", "whole number"),
+    ],
+)
+def test_bad_sut_knobs(tmp_path, body, match):
+    with pytest.raises(PlanError, match=match):
+        parse_plan(_plan(tmp_path, body))
+
+
+def test_sut_knobs_only_for_offline(tmp_path):
+    p = _plan(tmp_path, "knob k --sut offline_order=longest-first\n")
+    p.write_text(p.read_text().replace("scenario Offline", "scenario Server"))
+    with pytest.raises(PlanError, match="Offline scenario only"):
+        parse_plan(p)
