@@ -8,6 +8,15 @@
 #   bench/gpu.sh tp2-70b   (2 GPUs) Llama-2-70B FP8, TP 2, via `mlperf-vllm run`
 #   bench/gpu.sh tp8-405b  (8 GPUs) Llama-3.1-405B FP8, TP 8, the benchmark's length profile
 #                          (bench/models/llama31_405b_dummy: 126 layers, hidden 16384, 128/8 heads)
+#   bench/gpu.sh offline-full  Llama-3.1-8B FP8 Offline via `mlperf-vllm run` at the real query size:
+#                          13,368 prompts (CNN/DailyMail length profile, mean input 870), 128
+#                          output tokens, min_duration 0; then the quicker 2,000-prompt run used
+#                          to rank configs (`offline-2k` alone). Engine flags for both: $STACK
+#                          (default: vLLM's defaults), e.g.
+#                          STACK="--max-num-seqs 512 --max-num-batched-tokens 65536"
+#                          SUT options: WARMUP=N (untimed warm-up of N prompts before the test),
+#                          ORDER=longest-first|shortest-first (samples to the engine by prompt
+#                          length), PRICE=DOLLARS (adds $ per million output tokens)
 #   bench/gpu.sh all       offline + server
 #   bench/gpu.sh probe     vLLM's own defaults (scheduler, compilation, fusion passes) as JSON
 #   bench/gpu.sh tune NAME [KEY=VALUE ...]   one engine config, FP8 + FP8 KV: a cold pass, then
@@ -64,8 +73,9 @@ Path(sys.argv[4]).write_text(json.dumps([{'tok_input': x} for x in p]))" \
     "$SAMPLES" > "$conf"
   python3 -m harness.cli run --benchmark llama3_1-8b --scenario Offline --mode performance \
     --model "$model" --dataset "$data" --output "$work/run_$name" --user-conf "$conf" \
-    --no-mlflow --no-progress --ignore-eos --max-tokens "$maxtok" "${DUMMY[@]}" "$@" 2>&1 \
-    | grep -E "validity|tokens/s|samples|duration|error|Error" | sed "s/^/[$name] /" \
+    --no-mlflow --no-progress --ignore-eos --max-tokens "$maxtok" "${DUMMY[@]}" "${SUT_OPTS[@]}" \
+    "$@" 2>&1 | grep -E "validity|tokens/s|samples|duration|warm-up|cost|error|Error" \
+    | sed "s/^/[$name] /" \
     | tee "$OUT/run_$name.log"
 }
 
@@ -101,6 +111,13 @@ from vllm.engine.arg_utils import EngineArgs
 print("EngineArgs", sorted(f.name for f in dataclasses.fields(EngineArgs)))
 PY
 }
+# Options of our SUT for cli_offline runs (see the header).
+SUT_OPTS=()
+[ -n "${WARMUP:-}" ] && SUT_OPTS+=(--warmup-samples "$WARMUP")
+[ -n "${ORDER:-}" ] && SUT_OPTS+=(--offline-order "$ORDER")
+[ -n "${PRICE:-}" ] && SUT_OPTS+=(--price-per-hour "$PRICE")
+read -r -a STACK_ARGS <<< "${STACK:-}"
+TAG=${TAG:-${WARMUP:+warm${WARMUP}_}${ORDER:+${ORDER}_}}
 
 case "${1:-all}" in
   scale-8b)  # 2 GPUs: one GPU, DP 2, TP 2 for Llama-3.1-8B FP8 + FP8 KV
@@ -113,6 +130,11 @@ case "${1:-all}" in
   tp2-70b)   # 2 GPUs: Llama-2-70B FP8 + FP8 KV, TP 2; OpenOrca-like input, its mean output length
     cli_offline 70b_fp8_tp2 .gpu-stage/bin/llama2_70b_dummy 300 294 "${FP8[@]}" \
       --tensor-parallel-size 2 ;;
+  offline-full)  # the submission's query size, then the config-ranking size
+    SAMPLES=13368 cli_offline "8b_fp8_${TAG}full" "$MODEL" 870 128 "${FP8[@]}" "${STACK_ARGS[@]}"
+    SAMPLES=2000 cli_offline "8b_fp8_${TAG}2k" "$MODEL" 870 128 "${FP8[@]}" "${STACK_ARGS[@]}" ;;
+  offline-2k)
+    SAMPLES=2000 cli_offline "8b_fp8_${TAG}2k" "$MODEL" 870 128 "${FP8[@]}" "${STACK_ARGS[@]}" ;;
   offline) offline bf16; offline fp8 "${FP8[@]}" ;;
   offline-bf16) offline bf16 ;;
   offline-fp8) offline fp8 "${FP8[@]}" ;;
@@ -122,6 +144,6 @@ case "${1:-all}" in
   tune) shift; tune "$@" ;;
   full) shift; name=$1; shift; SAMPLES=13368 cli_offline "full_$name" "$MODEL" 870 128 "$@" ;;
   all) offline bf16; offline fp8 "${FP8[@]}"; server fp8 "${FP8[@]}" ;;
-  *) echo "usage: $0 {offline|offline-bf16|offline-fp8|server|interactive|scale-8b|tp2-70b|tp8-405b|probe|tune|full|all}" >&2
+  *) echo "usage: $0 {offline|offline-bf16|offline-fp8|offline-full|offline-2k|server|interactive|scale-8b|tp2-70b|tp8-405b|probe|tune|full|all}" >&2
      exit 2 ;;
 esac

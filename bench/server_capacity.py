@@ -215,6 +215,33 @@ class Bench:
         self.qsl.destroy()
 
 
+def capacity_line(name: str, t: Trial | None, offline: float) -> str:
+    if t is None:
+        return f"{name}: no tested QPS met the limits"
+    return (
+        f"{name}: {t.target_qps:g} qps (TTFT p99 {t.ttft_p99_ms:,.0f} ms, TPOT p99 "
+        f"{t.tpot_p99_ms:.1f} ms), {t.completed_tokens_per_s:,.1f} completed tokens/s = "
+        f"{t.completed_tokens_per_s / offline:.2f} of Offline, peak "
+        f"{t.peak_engine_in_flight} in the engine"
+    )
+
+
+def summary(ours: Trial | None, ref: Trial | None, offline: float, *, reference_ran: bool) -> str:
+    """The closing lines. Without a reference trial (--skip-reference) there is no reference
+    line: "no tested QPS met the limits" would claim trials that never ran."""
+    lines = [capacity_line("ours     ", ours, offline)]
+    if reference_ran:
+        lines.append(capacity_line("reference", ref, offline))
+    else:
+        lines.append("reference: not measured (--skip-reference)")
+    if ours and ref:
+        lines.append(
+            f"capacity ratio ours / reference pattern: {ours.target_qps / ref.target_qps:.1f}x"
+        )
+    lines.append(f"Offline tokens/s on the same engine: {offline:,.1f}")
+    return "\n".join(lines)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", type=Path)
@@ -305,23 +332,9 @@ def main() -> int:
     finally:
         bench.close()
 
-    def line(name: str, t: Trial | None) -> str:
-        if t is None:
-            return f"{name}: no tested QPS met the limits"
-        return (
-            f"{name}: {t.target_qps:g} qps (TTFT p99 {t.ttft_p99_ms:,.0f} ms, TPOT p99 "
-            f"{t.tpot_p99_ms:.1f} ms), {t.completed_tokens_per_s:,.1f} completed tokens/s = "
-            f"{t.completed_tokens_per_s / offline:.2f} of Offline, peak "
-            f"{t.peak_engine_in_flight} in the engine"
-        )
-
     print()
-    print(line("ours     ", ours))
-    print(line("reference", ref))
+    print(summary(ours, ref, offline, reference_ran=not args.skip_reference))
     ratio = ours.target_qps / ref.target_qps if ours and ref else None
-    if ratio:
-        print(f"capacity ratio ours / reference pattern: {ratio:.1f}x")
-    print(f"Offline tokens/s on the same engine: {offline:,.1f}")
     if args.json:
         args.json.write_text(
             json.dumps(

@@ -65,6 +65,27 @@ def _add_run_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--accuracy-level", default="99", choices=["99", "99.9"])
     add_round_argument(p)
+    p.add_argument(
+        "--offline-order",
+        default="arrival",
+        choices=["arrival", "longest-first", "shortest-first"],
+        help="Offline: the order the query's samples go to the engine, by prompt length "
+        "(a SUT may process them in any order; default: LoadGen's)",
+    )
+    p.add_argument(
+        "--warmup-samples",
+        type=int,
+        default=0,
+        metavar="N",
+        help="Offline: generate the dataset's first N prompts before the LoadGen test, "
+        "untimed (the first passes pay for compilation and graph capture)",
+    )
+    p.add_argument(
+        "--price-per-hour",
+        type=float,
+        metavar="DOLLARS",
+        help="hourly price of the machine: results also carry dollars per million output tokens",
+    )
     p.add_argument("--nltk-data", type=Path, help="folder holding NLTK's punkt_tab")
     p.add_argument("--no-evaluate", action="store_true", help="keep the accuracy log unscored")
     p.add_argument("--no-progress", action="store_true")
@@ -227,6 +248,9 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
         nltk_data=args.nltk_data,
         submission=args.submission,
         round=args.round,
+        offline_order=args.offline_order,
+        warmup_samples=args.warmup_samples,
+        price_per_hour=args.price_per_hour,
     )
     cfg = tracking.resolve_tracking(args)
     tracking.check_reachable(cfg)  # before any engine starts

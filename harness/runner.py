@@ -23,6 +23,7 @@ from typing import Any
 
 from harness import preflight
 from harness.benchmarks import Benchmark, resolve
+from harness.cost import add_cost
 from harness.datasets import (
     LoadedDataset,
     check_tokenizer_matches,
@@ -41,7 +42,7 @@ from harness.settings import (
     cap_performance_sample_count,
     set_mode,
 )
-from sut.engine import describe_error, resolved_settings
+from sut.engine import describe_error, resolved_engine_args, resolved_settings
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +70,9 @@ class RunRequest:
     nltk_data: Path | None = None
     submission: bool = False
     round: str | None = None  # submission round the preflight judges by (harness.rounds)
+    offline_order: str = "arrival"  # sut.offline.ORDERS: samples to the engine by prompt length
+    warmup_samples: int = 0  # dataset prompts generated before the LoadGen test, untimed
+    price_per_hour: float | None = None  # dollars: adds cost per million output tokens
 
     def modes(self) -> list[str]:
         return ["performance", "accuracy"] if self.mode == "both" else [self.mode]
@@ -105,6 +109,7 @@ def prepare(req: RunRequest) -> PreparedRun:
 
     if req.mode not in MODES:
         raise UsageError(f"unknown mode {req.mode!r}: choose one of {', '.join(MODES)}")
+    _check_sut_options(req)
     try:
         bench, loadgen_model = resolve(req.benchmark, req.scenario)
     except (KeyError, ValueError) as exc:
@@ -159,6 +164,29 @@ def prepare(req: RunRequest) -> PreparedRun:
     if engine_config.prefix_caching:
         warnings.append("prefix caching is on: not compliant with the MLPerf LLM rules")
     return PreparedRun(req, bench, loadgen_model, dataset, engine_config, sampling, warnings)
+
+
+def _check_sut_options(req: RunRequest) -> None:
+    from sut.offline import ORDERS
+
+    if req.offline_order not in ORDERS:
+        raise UsageError(
+            f"unknown --offline-order {req.offline_order!r}: choose one of {', '.join(ORDERS)}"
+        )
+    if req.warmup_samples < 0:
+        raise UsageError("--warmup-samples must be 0 or more")
+    if req.price_per_hour is not None and req.price_per_hour <= 0:
+        raise UsageError("--price-per-hour must be a positive number of dollars, e.g. 3.50")
+    dp = int(req.engine_overrides.get("data_parallel_size") or 1)
+    for flag, used in (
+        ("--offline-order", req.offline_order != "arrival"),
+        ("--warmup-samples", req.warmup_samples > 0),
+    ):
+        if used and (req.scenario != "Offline" or dp > 1):
+            raise UsageError(
+                f"{flag} applies to Offline on one engine (data_parallel_size 1): drop it "
+                f"for {req.scenario}" + (f" with data_parallel_size {dp}" if dp > 1 else "")
+            )
 
 
 def _versions() -> dict[str, str]:
@@ -227,6 +255,7 @@ def build_sut(prep: PreparedRun):
             prep.dataset.prompts,
             make_sampling_params(**prep.sampling),
             progress=prep.request.progress,
+            order=prep.request.offline_order,
         )
 
         def shutdown() -> None:
@@ -245,6 +274,7 @@ def build_sut(prep: PreparedRun):
         prep.sampling,
         progress=prep.request.progress,
         name=scenario,
+        final_only=scenario == "Offline",  # no per-token outputs, no first-token reports
     )
     return sut, sut.shutdown
 
@@ -283,6 +313,7 @@ def run(
         "engine_args": prep.engine_config.describe(),
         "sampling": prep.sampling,
         "env_vars": engine_env_vars(),
+        "sut_options": {"offline_order": req.offline_order, "warmup_samples": req.warmup_samples},
         "warnings": list(prep.warnings),
         "versions": _versions(),
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -326,12 +357,15 @@ def run(
     result["engine_start_s"] = round(time.monotonic() - t0, 2)
     resolved = resolved_settings(getattr(sut, "vllm_config", None))
     result["engine_resolved"] = resolved
+    result["engine_resolved_args"] = resolved_engine_args(getattr(sut, "vllm_config", None))
     if resolved.get("enable_prefix_caching"):
         # Our default turns it off; this catches a vLLM version or config that turned it on.
         note = "the engine runs with prefix caching on: not compliant (MLPerf LLM rules)"
         result["warnings"].append(note)
         print(f"warning: {note}", flush=True)
     try:
+        if req.warmup_samples:
+            _warm_up(sut, prep, result)
         for mode in req.modes():
             set_mode(settings, mode)
             log_dir = out / mode
@@ -343,6 +377,7 @@ def run(
                 )
             if mode == "performance":
                 result["performance"] = performance_result(log_dir).to_dict()
+                add_cost(result["performance"], req.price_per_hour)
                 if req.scenario != "Offline":
                     _add_latency_fields(result["performance"], log_dir)
             else:
@@ -373,6 +408,16 @@ def run(
     if on_result:
         on_result(result)
     return RunOutcome(result, result_path)
+
+
+def _warm_up(sut: Any, prep: PreparedRun, result: dict[str, Any]) -> None:
+    """The dataset's first N prompts (cycled) on the engine before the LoadGen test, untimed.
+    Prefix caching is off by default, so the timed test gains no cache hits from them."""
+    n = prep.request.warmup_samples
+    t0 = time.monotonic()
+    finished = sut.warm_up([i % prep.dataset.size for i in range(n)])
+    result["warmup"] = {"samples": n, "finished": finished, "s": round(time.monotonic() - t0, 2)}
+    print(f"warm-up: {finished} of {n} samples in {result['warmup']['s']} s, untimed", flush=True)
 
 
 LOADGEN_THREAD = "loadgen-test"

@@ -19,6 +19,14 @@ def result_rows(result: dict[str, Any]) -> list[tuple[str, str]]:
         ("scenario / mode", f"{result['scenario']} / {result['mode']}"),
         ("status", str(result.get("status"))),
     ]
+    options = result.get("sut_options") or {}
+    if options.get("offline_order", "arrival") != "arrival":
+        rows.append(("sample order", f"{options['offline_order']} (by prompt length)"))
+    if result.get("warmup"):
+        w = result["warmup"]
+        rows.append(
+            ("warm-up", f"{w['finished']} of {w['samples']} samples in {w['s']} s, untimed")
+        )
     perf = result.get("performance")
     if perf:
         rows.append(("validity", perf["validity"]))
@@ -36,6 +44,16 @@ def result_rows(result: dict[str, Any]) -> list[tuple[str, str]]:
         label = "tokens/s" if perf["scenario"] == "Offline" else "completed tokens/s"
         rows.append((label, _fmt(perf.get("tokens_per_second"))))
         rows.append(("samples/s", _fmt(perf.get("samples_per_second"), digits=2)))
+        if perf.get("price_per_hour") is not None:
+            cost = perf.get("usd_per_million_tokens")
+            rows.append(
+                (
+                    "cost",
+                    f"${cost:,.4f} per million output tokens at ${perf['price_per_hour']:,.2f}/h"
+                    if cost is not None
+                    else f"- (no throughput) at ${perf['price_per_hour']:,.2f}/h",
+                )
+            )
         rows.append(("samples", _fmt(perf.get("sample_count"))))
         rows.append(("duration", _fmt(perf.get("duration_s"), " s")))
         if perf["scenario"] == "SingleStream" and perf.get("latency_p90_ms") is not None:

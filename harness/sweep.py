@@ -11,15 +11,20 @@ nothing to MLflow; this process logs one parent run per sweep and one child run 
 with the config's aggregate (median over repeats) and the files of its first repeat.
 
 Rules (also printed under the table):
-- noise: with >= 2 repeats on both sides, delta = median(config) / median(reference) - 1;
-  band = max(2 x the larger relative spread (max-min)/median of the two, floor (2%));
-  delta > band: "better", delta < -band: "worse", else "within noise".
+- noise: with >= 2 repeats on both sides (the default), delta = median(config) /
+  median(reference) - 1; band = max(2 x the larger relative spread (max-min)/median of the
+  two, floor (2%)); delta > band: "better", delta < -band: "worse", else "within noise".
   With a single repeat: "single run: noise unknown" (the floor alone is used for stacking).
+- no-op: a knob whose engine arguments already held the requested values in the engine it is
+  compared with (the baseline; stacked: the current stack), as that engine resolved them
+  (result.json `engine_resolved_args`), changes nothing: status "no-op", never kept.
 - confounding guard: the run's recorded engine_args must differ from the baseline's exactly
   in the knob's keys (stacked: all knobs kept so far plus this one), with the requested
-  values; effective LoadGen settings, sampling, model, dataset and user.conf must be equal.
+  values (structured values such as `compilation_config` compared as JSON, on the knob's
+  keys); effective LoadGen settings, sampling, model, dataset and user.conf must be equal.
   Environment variables that steer the engine (VLLM_*, OMP_*, CUDA_*, NCCL_*, ...) are
-  recorded by each run and must differ only where the config sets them, to its values.
+  recorded by each run and must differ only where the config sets them, to its values; so
+  must the SUT options (`--sut offline_order=... / warmup_samples=...`, Offline).
   Otherwise the config is "confounded".
 - safe to ship = ran, not confounded, every repeat VALID, accuracy PASS.
 - stacked: knobs are tried in plan order on top of the current stack; one is kept when its
@@ -31,6 +36,7 @@ Rules (also printed under the table):
 from __future__ import annotations
 
 import csv
+import functools
 import hashlib
 import json
 import os
@@ -44,6 +50,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.cost import usd_per_million_tokens
 from harness.errors import UsageError
 from harness.runner import run_argv
 
@@ -58,6 +65,9 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 _ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _UNEXPANDED_RE = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?")
 _SETTINGS = ("benchmark", "scenario", "model", "dataset", "user_conf", "max_tokens")
+# Options of our SUT a knob may set (`--sut KEY=VALUE`), as `mlperf-vllm run` flags; each run
+# records them in result.json `sut_options`.
+SUT_KNOBS = {"offline_order": "--offline-order", "warmup_samples": "--warmup-samples"}
 
 
 class PlanError(UsageError):
@@ -73,6 +83,7 @@ class Change:
 
     engine_args: tuple[str, ...] = ()  # KEY=VALUE as written
     env: tuple[tuple[str, str], ...] = ()
+    sut: tuple[tuple[str, str], ...] = ()  # SUT_KNOBS keys
 
     def engine_keys(self) -> set[str]:
         return {p.partition("=")[0].strip().lstrip("-").replace("-", "_") for p in self.engine_args}
@@ -80,6 +91,7 @@ class Change:
     def describe(self) -> str:
         parts = [f"--engine-arg {p}" for p in self.engine_args]
         parts += [f"--env {k}={v}" for k, v in self.env]
+        parts += [f"--sut {k}={v}" for k, v in self.sut]
         return " ".join(parts)
 
 
@@ -107,14 +119,15 @@ class Plan:
 def _parse_change(tokens: list[str], where: str) -> Change:
     engine: list[str] = []
     env: list[tuple[str, str]] = []
+    sut: list[tuple[str, str]] = []
     i = 0
     while i < len(tokens):
         tok = tokens[i]
         opt, eq, inline = tok.partition("=") if tok.startswith("--") else (tok, "", "")
-        if opt not in ("--engine-arg", "--env"):
+        if opt not in ("--engine-arg", "--env", "--sut"):
             raise PlanError(
-                f"{where}: unexpected {tok!r}: a knob takes --engine-arg KEY=VALUE "
-                "and --env NAME=VALUE only"
+                f"{where}: unexpected {tok!r}: a knob takes --engine-arg KEY=VALUE, "
+                "--env NAME=VALUE and --sut KEY=VALUE only"
             )
         if eq:
             value = inline
@@ -128,12 +141,29 @@ def _parse_change(tokens: list[str], where: str) -> Change:
             raise PlanError(f"{where}: {opt} {value!r} is not KEY=VALUE")
         if opt == "--engine-arg":
             engine.append(value)
+        elif opt == "--sut":
+            if key not in SUT_KNOBS:
+                raise PlanError(
+                    f"{where}: --sut {value!r}: {key!r} is not a SUT option; use one of "
+                    f"{', '.join(SUT_KNOBS)}"
+                )
+            sut.append((key, _sut_value(key, value.partition("=")[2], where)))
         else:
             if not _ENV_RE.match(key):
                 raise PlanError(f"{where}: --env {value!r}: {key!r} is not a variable name")
             env.append((key, value.partition("=")[2]))
         i += 1
-    return Change(tuple(engine), tuple(env))
+    return Change(tuple(engine), tuple(env), tuple(sut))
+
+
+def _sut_value(key: str, value: str, where: str) -> str:
+    from sut.offline import ORDERS
+
+    if key == "offline_order" and value not in ORDERS:
+        raise PlanError(f"{where}: --sut offline_order={value}: use one of {', '.join(ORDERS)}")
+    if key == "warmup_samples" and not value.isdigit():
+        raise PlanError(f"{where}: --sut warmup_samples={value}: give a whole number >= 0")
+    return value
 
 
 def _expand(token: str, where: str) -> str:
@@ -178,7 +208,11 @@ def parse_plan(path: str | Path, *, check_engine_args: bool = True) -> Plan:
             settings[word] = rest[0]
         elif word == "baseline":
             more = _parse_change(rest, where)
-            baseline = Change(baseline.engine_args + more.engine_args, baseline.env + more.env)
+            baseline = Change(
+                baseline.engine_args + more.engine_args,
+                baseline.env + more.env,
+                baseline.sut + more.sut,
+            )
         elif word == "knob":
             if not rest:
                 raise PlanError(f"{where}: `knob` needs a name and its arguments")
@@ -191,10 +225,10 @@ def parse_plan(path: str | Path, *, check_engine_args: bool = True) -> Plan:
             if any(k.name == name for k in knobs):
                 raise PlanError(f"{where}: knob {name!r} is defined twice")
             change = _parse_change(rest[1:], f"{where} (knob {name})")
-            if not change.engine_args and not change.env:
+            if not change.engine_args and not change.env and not change.sut:
                 raise PlanError(
                     f"{where}: knob {name!r} changes nothing: give it "
-                    "--engine-arg KEY=VALUE or --env NAME=VALUE"
+                    "--engine-arg KEY=VALUE, --env NAME=VALUE or --sut KEY=VALUE"
                 )
             knobs.append(Knob(name, change, n))
         else:
@@ -207,6 +241,8 @@ def parse_plan(path: str | Path, *, check_engine_args: bool = True) -> Plan:
             raise PlanError(f"{path}: no `{required}` line: the baseline needs one")
     if not knobs:
         raise PlanError(f"{path}: no `knob` lines: a sweep needs at least one knob")
+    if settings["scenario"] != "Offline" and (baseline.sut or any(k.change.sut for k in knobs)):
+        raise PlanError(f"{path}: --sut options apply to the Offline scenario only")
     try:
         from harness.benchmarks import resolve
 
@@ -265,6 +301,7 @@ def validate_engine_args(plan: Plan) -> None:
             raise PlanError(f"{plan.path}:{knob.line}: knob {knob.name}: {exc}") from None
         same = [k for k, v in typed.items() if k in base and base[k] == v]
         same += [k for k, v in knob.change.env if base_env.get(k) == v]
+        same += [k for k, v in knob.change.sut if dict(plan.baseline.sut).get(k) == v]
         if same:
             raise PlanError(
                 f"{plan.path}:{knob.line}: knob {knob.name} sets {', '.join(same)} "
@@ -284,6 +321,7 @@ class ConfigSpec:
     env: tuple[tuple[str, str], ...]
     expected_keys: tuple[str, ...]  # engine keys that must differ from the baseline
     expected_values: tuple[tuple[str, str], ...]  # as written, for the report
+    sut: tuple[tuple[str, str], ...] = ()  # SUT options (baseline's, then the knobs')
 
     @property
     def dirname(self) -> str:
@@ -299,6 +337,7 @@ class ConfigSpec:
             "max_tokens": plan.max_tokens,
             "engine_args": list(self.engine_args),
             "env": list(self.env),
+            **({"sut": list(self.sut)} if self.sut else {}),  # older sweeps resume as before
             "accuracy": accuracy,
         }
         return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
@@ -307,6 +346,7 @@ class ConfigSpec:
 def make_config(plan: Plan, index: int, name: str, knobs: Sequence[Knob]) -> ConfigSpec:
     engine = list(plan.baseline.engine_args)
     env = dict(plan.baseline.env)
+    sut = dict(plan.baseline.sut)
     keys: list[str] = []
     values: dict[str, str] = {}
     for knob in knobs:
@@ -319,6 +359,9 @@ def make_config(plan: Plan, index: int, name: str, knobs: Sequence[Knob]) -> Con
             values[key] = pair.partition("=")[2]
         for k, v in knob.change.env:
             values[f"env.{k}"] = v
+        sut.update(knob.change.sut)
+        for k, v in knob.change.sut:
+            values[f"sut.{k}"] = v
     return ConfigSpec(
         index,
         name,
@@ -327,6 +370,7 @@ def make_config(plan: Plan, index: int, name: str, knobs: Sequence[Knob]) -> Con
         tuple(sorted(env.items())),
         tuple(keys),
         tuple(values.items()),
+        tuple(sorted(sut.items())),
     )
 
 
@@ -341,6 +385,8 @@ class RepeatOutcome:
     accuracy: str | None = None  # PASS / FAIL / "error: ..." / None (not run)
     error: str | None = None
     engine_args: dict[str, Any] = field(default_factory=dict)
+    # every engine argument as the engine resolved it (result.json `engine_resolved_args`)
+    resolved: dict[str, Any] = field(default_factory=dict)
     fingerprint: dict[str, Any] = field(default_factory=dict)
     env_vars: dict[str, str] | None = None  # as the run saw them; None: not recorded
     output: str = ""
@@ -389,6 +435,8 @@ def _fingerprint(result: Mapping[str, Any]) -> dict[str, Any]:
         "dataset_sha256": result.get("dataset_sha256"),
         "user_conf": result.get("user_conf"),
         "sampling": result.get("sampling"),
+        # SUT options (offline order, warm-up); absent before they were recorded
+        **({"sut_options": result["sut_options"]} if "sut_options" in result else {}),
         "loadgen": {
             k: v for k, v in (perf.get("settings") or {}).items() if k.startswith("effective_")
         },
@@ -412,6 +460,7 @@ def read_repeat(out: Path, rc: int, log_text: str) -> RepeatOutcome:
         validity=perf.get("validity"),
         accuracy=accuracy,
         engine_args=dict(result.get("engine_args") or {}),
+        resolved=dict(result.get("engine_resolved_args") or {}),
         fingerprint=_fingerprint(result),
         env_vars=result.get("env_vars"),
         output=str(out),
@@ -423,10 +472,15 @@ def read_repeat(out: Path, rc: int, log_text: str) -> RepeatOutcome:
 
 
 def run_command(
-    plan: Plan, spec: ConfigSpec, out: Path, mode: str, nltk_data: str | None = None
+    plan: Plan,
+    spec: ConfigSpec,
+    out: Path,
+    mode: str,
+    nltk_data: str | None = None,
+    extra: Sequence[str] = (),
 ) -> list[str]:
     cmd = run_argv(
-        plan.benchmark, plan.scenario, mode, plan.model, plan.dataset, out, plan.user_conf
+        plan.benchmark, plan.scenario, mode, plan.model, plan.dataset, out, plan.user_conf, *extra
     )
     if plan.max_tokens:
         cmd += ["--max-tokens", str(plan.max_tokens)]
@@ -434,20 +488,28 @@ def run_command(
         cmd += ["--nltk-data", nltk_data]
     for pair in spec.engine_args:
         cmd += ["--engine-arg", pair]
+    for key, value in spec.sut:
+        cmd += [SUT_KNOBS[key], value]
     return cmd
 
 
 def run_repeat(
-    plan: Plan, spec: ConfigSpec, out: Path, mode: str, timeout_s: float | None = None
+    plan: Plan,
+    spec: ConfigSpec,
+    out: Path,
+    mode: str,
+    timeout_s: float | None = None,
+    extra: Sequence[str] = (),
 ) -> RepeatOutcome:
-    """One `mlperf-vllm run` in its own process; its output goes to OUT/run.log."""
+    """One `mlperf-vllm run` in its own process (`extra`: more of its options, e.g. the
+    price); its output goes to OUT/run.log."""
     out.mkdir(parents=True, exist_ok=True)
     for stale in ("result.json", REPEAT_FILE):
         (out / stale).unlink(missing_ok=True)
     env = {**os.environ, **dict(spec.env)}
     for k in ("MLPERF_VLLM_PARENT_RUN_ID",):
         env.pop(k, None)
-    cmd = run_command(plan, spec, out, mode, env.get("NLTK_DATA"))
+    cmd = run_command(plan, spec, out, mode, env.get("NLTK_DATA"), extra)
     t0 = time.monotonic()
     with open(out / RUN_LOG, "w") as log:
         log.write("$ " + shlex.join(cmd) + "\n")
@@ -503,17 +565,61 @@ def _normal(value: Any) -> str:
     return str(value).strip().lower()
 
 
+NOTE_VALUE_CHARS = 60  # a value quoted in a note is cut here: notes stay one short line
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= NOTE_VALUE_CHARS else text[: NOTE_VALUE_CHARS - 3] + "..."
+
+
+def _parsed(value: Any) -> Any:
+    """JSON text (a dict or list, as plans and result.json write structured values) parsed;
+    anything else as is."""
+    if isinstance(value, str) and value.strip()[:1] in ("{", "["):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def values_match(want: Any, got: Any) -> bool:
+    """Whether `got` holds what `want` asks for, compared as values, not as text: JSON on both
+    sides is parsed and a dict `want` is compared on its own keys only (the engine fills in
+    the rest of a config object); booleans and numbers compare across spellings."""
+    w, g = _parsed(want), _parsed(got)
+    if isinstance(w, dict):
+        return isinstance(g, dict) and all(k in g and values_match(v, g[k]) for k, v in w.items())
+    if isinstance(w, list):
+        return (
+            isinstance(g, list)
+            and len(w) == len(g)
+            and all(values_match(a, b) for a, b in zip(w, g, strict=True))
+        )
+    return _normal(w) == _normal(g) or _numeric_equal(w, g)
+
+
+def _same(a: Any, b: Any) -> bool:
+    return values_match(a, b) and values_match(b, a)
+
+
 def confounding(base: RepeatOutcome, run: RepeatOutcome, spec: ConfigSpec) -> str | None:
     """Why this run is not a clean change of the knob(s) against the baseline, or None."""
     problems: list[str] = []
     keys = set(base.engine_args) | set(run.engine_args)
-    differ = {k for k in keys if base.engine_args.get(k) != run.engine_args.get(k)}
+    differ = {
+        k
+        for k in keys
+        if (k in base.engine_args) != (k in run.engine_args)
+        or not _same(base.engine_args.get(k), run.engine_args.get(k))
+    }
     expected = set(spec.expected_keys)
     if differ - expected:
         problems.append(
             "engine args changed beyond the knob: "
             + ", ".join(
-                f"{k}={base.engine_args.get(k)!r}->{run.engine_args.get(k)!r}"
+                f"{k}={_short(base.engine_args.get(k))}->{_short(run.engine_args.get(k))}"
                 for k in sorted(differ - expected)
             )
         )
@@ -524,10 +630,24 @@ def confounding(base: RepeatOutcome, run: RepeatOutcome, spec: ConfigSpec) -> st
     requested = dict(spec.expected_values)
     for k in sorted(expected & differ):
         want, got = requested.get(k), run.engine_args.get(k)
-        if want is not None and _normal(want) != _normal(got) and not _numeric_equal(want, got):
-            problems.append(f"{k} ran as {got!r}, the plan asked for {want!r}")
+        if want is not None and not values_match(want, got):
+            problems.append(f"{k} ran as {_short(got)}, the plan asked for {_short(want)}")
     problems += _env_confounding(base.env_vars, run.env_vars, dict(spec.env))
+    wanted_sut = dict(spec.sut)
+    base_sut, run_sut = base.fingerprint.get("sut_options"), run.fingerprint.get("sut_options")
+    if isinstance(base_sut, dict) and isinstance(run_sut, dict):
+        for k in sorted(set(base_sut) | set(run_sut)):
+            if k in wanted_sut:
+                if not values_match(wanted_sut[k], run_sut.get(k)):
+                    problems.append(
+                        f"sut {k} ran as {_short(run_sut.get(k))}, the plan asked for "
+                        f"{_short(wanted_sut[k])}"
+                    )
+            elif base_sut.get(k) != run_sut.get(k):
+                problems.append(f"sut_options differs from the baseline: {k}")
     for key, value in base.fingerprint.items():
+        if key == "sut_options":
+            continue
         other = run.fingerprint.get(key)
         if value != other:
             if isinstance(value, dict) and isinstance(other, dict):
@@ -559,6 +679,33 @@ def _env_confounding(
     return problems
 
 
+def no_op(reference: RepeatOutcome, run: RepeatOutcome, knobs: Sequence[Knob]) -> str | None:
+    """Why these knobs change nothing in the engine, or None: every engine argument they set
+    already held that value in the reference run as the engine resolved it (result.json
+    `engine_resolved_args`), e.g. `async_scheduling=true` where vLLM schedules asynchronously
+    by default; or the run resolved it to the reference's value anyway. A knob that sets an
+    environment variable, or a key the engine does not report, is never called a no-op."""
+    pairs = [p.partition("=") for k in knobs for p in k.change.engine_args]
+    if not pairs or any(k.change.env or k.change.sut for k in knobs):
+        return None
+    same = []
+    for raw_key, _, want in pairs:
+        key = raw_key.strip().lstrip("-").replace("-", "_")
+        if key not in reference.resolved:
+            return None
+        had = reference.resolved[key]
+        w = _parsed(want)
+        if isinstance(w, dict) and isinstance(had, dict):  # compare the knob's own keys only
+            had = {k: had.get(k) for k in w}
+        ran = run.resolved.get(key)
+        if isinstance(w, dict) and isinstance(ran, dict):
+            ran = {k: ran.get(k) for k in w}
+        if not (values_match(want, had) or (key in run.resolved and _same(ran, had))):
+            return None
+        same.append(f"{key}={_short(had)}")
+    return "no-op: the engine already ran " + ", ".join(same) + " without the knob"
+
+
 def _numeric_equal(a: Any, b: Any) -> bool:
     try:
         return float(a) == float(b)
@@ -575,13 +722,15 @@ class ConfigRow:
     config: str
     knobs: str
     change: str
-    status: str = "pending"  # ok / failed / confounded
+    status: str = "pending"  # ok / failed / confounded / no-op
     repeats: int = 0
     tps_median: float | None = None
     tps_min: float | None = None
     tps_max: float | None = None
+    usd_per_million_tokens: float | None = None  # at --price-per-hour, from the median
     spread_pct: float | None = None
     delta_pct: float | None = None  # vs baseline
+    noise_band_pct: float | None = None  # |delta| at or below this is noise (see RULES)
     noise_verdict: str = ""
     validity: str = ""
     accuracy: str = ""
@@ -592,6 +741,7 @@ class ConfigRow:
     kept: str = ""
     error: str = ""
     confounded: str = ""
+    note: str = ""
     resumed: int = 0
     output_dir: str = ""
     mlflow_run_id: str = ""
@@ -602,8 +752,8 @@ class ConfigRow:
         d["tps_repeats"] = " ".join(f"{v:.2f}" for v in self.tps_repeats)
         for k in ("tps_median", "tps_min", "tps_max"):
             d[k] = "" if d[k] is None else f"{d[k]:.2f}"
-        for k in ("spread_pct", "delta_pct", "step_delta_pct"):
-            d[k] = "" if d[k] is None else f"{d[k]:+.2f}" if k != "spread_pct" else f"{d[k]:.2f}"
+        for k in ("spread_pct", "delta_pct", "step_delta_pct", "noise_band_pct"):
+            d[k] = "" if d[k] is None else f"{d[k]:+.2f}" if "delta" in k else f"{d[k]:.2f}"
         return d
 
 
@@ -613,13 +763,14 @@ CSV_COLUMNS = [f for f in ConfigRow.__dataclass_fields__]
 @dataclass(frozen=True)
 class SweepOptions:
     kind: str = "isolation"
-    repeats: int = 1
+    repeats: int = 2
     accuracy: bool = False
     output: Path = Path("runs/sweep")
     resume: bool = False
     keep_all: bool = False
     noise_floor: float = NOISE_FLOOR
     config_timeout_s: float | None = None
+    price_per_hour: float | None = None  # passed to every run; rows carry $/Mtok
 
 
 RepeatRunner = Callable[[Plan, ConfigSpec, Path, str, "float | None"], RepeatOutcome]
@@ -633,7 +784,7 @@ class Sweep:
         plan: Plan,
         options: SweepOptions,
         parent: Any = None,
-        runner: RepeatRunner = run_repeat,
+        runner: RepeatRunner | None = None,
     ) -> None:
         self.plan = plan
         self.opt = options
@@ -642,6 +793,13 @@ class Sweep:
 
             parent = TrackedRun(TrackingConfig(uri="", enabled=False))
         self.parent = parent
+        if runner is None:
+            extra = (
+                ()
+                if options.price_per_hour is None
+                else ("--price-per-hour", f"{options.price_per_hour:g}")
+            )
+            runner = functools.partial(run_repeat, extra=extra)
         self.runner = runner
         self.rows: list[ConfigRow] = []
         self.repeats: dict[str, list[RepeatOutcome]] = {}
@@ -666,7 +824,14 @@ class Sweep:
         (out / REPEAT_FILE).write_text(json.dumps(asdict(outcome), indent=2, default=str) + "\n")
         return outcome, False
 
-    def run_config(self, spec: ConfigSpec, kind: str) -> ConfigRow:
+    def run_config(
+        self,
+        spec: ConfigSpec,
+        kind: str,
+        noop_ref: tuple[RepeatOutcome | None, Sequence[Knob]] = (None, ()),
+    ) -> ConfigRow:
+        """Run a config's repeats. `noop_ref`: the run and knobs to judge "no-op" by (the
+        baseline and the config's knob; stacked: the current stack and the knob added)."""
         from harness import tracking
 
         row = ConfigRow(
@@ -701,7 +866,7 @@ class Sweep:
                     row.resumed += int(resumed)
                     if outcome.status != "ok":
                         break  # a config that fails once is failed: no more engine starts
-                self._fill(row, spec, outcomes)
+                self._fill(row, spec, outcomes, noop_ref)
                 self._log_child(ch, row, outcomes)
                 if row.status == "failed":
                     failed_config = True
@@ -725,7 +890,13 @@ class Sweep:
         )
         return row
 
-    def _fill(self, row: ConfigRow, spec: ConfigSpec, outcomes: list[RepeatOutcome]) -> None:
+    def _fill(
+        self,
+        row: ConfigRow,
+        spec: ConfigSpec,
+        outcomes: list[RepeatOutcome],
+        noop_ref: tuple[RepeatOutcome | None, Sequence[Knob]] = (None, ()),
+    ) -> None:
         row.repeats = len(outcomes)
         failed = [o for o in outcomes if o.status != "ok"]
         tps = [
@@ -736,6 +907,10 @@ class Sweep:
         row.tps_repeats = tps
         if tps:
             row.tps_median = statistics.median(tps)
+            if self.opt.price_per_hour is not None:
+                row.usd_per_million_tokens = usd_per_million_tokens(
+                    row.tps_median, self.opt.price_per_hour
+                )
             row.tps_min, row.tps_max = min(tps), max(tps)
             s = rel_spread(tps)
             row.spread_pct = None if s is None else 100 * s
@@ -755,11 +930,23 @@ class Sweep:
             reasons = [r for o in outcomes if (r := confounding(self.baseline, o, spec))]
             row.status = "confounded" if reasons else "ok"
             row.confounded = reasons[0] if reasons else ""
+        ref, knobs = noop_ref
+        if row.status in ("ok", "confounded") and ref is not None and outcomes:
+            why_noop = no_op(ref, outcomes[0], knobs)
+            # a knob restating a value the baseline already passed (a CPU default, say) leaves
+            # the engine args unchanged: the guard's "no effect" is this, not a confounder
+            only_no_effect = all(
+                p.startswith("knob had no effect") for p in row.confounded.split("; ") if p
+            )
+            if why_noop and only_no_effect:
+                row.status, row.note, row.confounded = "no-op", why_noop, ""
         base_tps = self._tps("baseline")
         if spec.name != "baseline" and tps and base_tps:
-            delta, verdict, _ = noise_verdict(base_tps, tps, self.opt.noise_floor)
+            delta, verdict, band = noise_verdict(base_tps, tps, self.opt.noise_floor)
             row.delta_pct = None if delta is None else 100 * delta
-            row.noise_verdict = verdict
+            row.noise_band_pct = 100 * band
+            # a no-op knob's delta is the run-to-run noise, whatever its size
+            row.noise_verdict = "no-op knob" if row.status == "no-op" else verdict
         elif spec.name == "baseline" and tps:
             row.noise_verdict = "reference"
         why = []
@@ -800,6 +987,7 @@ class Sweep:
             "sweep.tps_min": row.tps_min,
             "sweep.tps_max": row.tps_max,
             "sweep.spread_pct": row.spread_pct,
+            "sweep.usd_per_million_tokens": row.usd_per_million_tokens,
             "sweep.delta_pct": row.delta_pct,
             "sweep.repeats": row.repeats,
             "sweep.valid": 1.0 if row.validity == "VALID" else 0.0,
@@ -816,6 +1004,7 @@ class Sweep:
                 "sweep.why_not_safe": row.why_not_safe or None,
                 "sweep.error": row.error or None,
                 "sweep.confounded": row.confounded or None,
+                "sweep.note": row.note or None,
             }
         )
 
@@ -829,9 +1018,8 @@ class Sweep:
         self.rows.append(base_row)
         if self.opt.kind == "isolation":
             for i, knob in enumerate(self.plan.knobs, start=1):
-                self.rows.append(
-                    self.run_config(make_config(self.plan, i, knob.name, [knob]), "isolation")
-                )
+                spec = make_config(self.plan, i, knob.name, [knob])
+                self.rows.append(self.run_config(spec, "isolation", (self.baseline, [knob])))
         else:
             self._stacked(base_row)
         return self.rows
@@ -841,7 +1029,9 @@ class Sweep:
         current = base_row
         for i, knob in enumerate(self.plan.knobs, start=1):
             spec = make_config(self.plan, i, "+" + knob.name, [*stack, knob])
-            row = self.run_config(spec, "stacked")
+            ref_outs = self.repeats.get(current.config) or []
+            ref = ref_outs[0] if ref_outs and ref_outs[0].status == "ok" else None
+            row = self.run_config(spec, "stacked", (ref, [knob]))
             cur_tps, tps = self._tps(current.config), row.tps_repeats
             keep, reason = False, ""
             if row.status != "ok":
@@ -885,12 +1075,28 @@ def _fmt(v: float | None, spec: str = ",.1f") -> str:
     return "" if v is None else format(v, spec)
 
 
+NOTE_CHARS = 160  # the report's note column: one readable line per config
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _noise_cell(r: ConfigRow) -> str:
+    """The verdict with the band it was judged by, so "within noise" says how much noise."""
+    if r.noise_band_pct is None or r.noise_verdict in ("", "reference", SINGLE_RUN):
+        return r.noise_verdict
+    return f"{r.noise_verdict} (band ±{r.noise_band_pct:.1f}%)"
+
+
 def markdown_table(rows: Sequence[ConfigRow], kind: str) -> str:
+    priced = any(r.usd_per_million_tokens is not None for r in rows)
     head = [
         "config",
         "change",
         "status",
         "tok/s median",
+        *(["$/M tokens"] if priced else []),
         "spread %",
         "delta %",
         "noise",
@@ -908,16 +1114,17 @@ def markdown_table(rows: Sequence[ConfigRow], kind: str) -> str:
             r.change,
             r.status,
             _fmt(r.tps_median),
+            *([_fmt(r.usd_per_million_tokens, ",.4f")] if priced else []),
             _fmt(r.spread_pct, ".1f"),
             _fmt(r.delta_pct, "+.1f"),
-            r.noise_verdict,
+            _noise_cell(r),
             r.validity,
             r.accuracy,
             r.safe_to_ship,
         ]
         if kind == "stacked":
             cells += [_fmt(r.step_delta_pct, "+.1f"), r.kept]
-        cells += [r.error or r.confounded or r.why_not_safe]
+        cells += [_cut(r.error or r.confounded or r.note or r.why_not_safe, NOTE_CHARS)]
         lines.append(
             "| " + " | ".join(str(c).replace("|", "\\|").replace("\n", " ") for c in cells) + " |"
         )
@@ -925,11 +1132,17 @@ def markdown_table(rows: Sequence[ConfigRow], kind: str) -> str:
 
 
 RULES = f"""\
-Rules: delta = median(config)/median(baseline) - 1. Noise band = max(2 x the larger relative
-spread (max-min)/median of the two configs, {NOISE_FLOOR:.0%} floor): beyond it "better"/"worse",
-else "within noise"; one repeat: "{SINGLE_RUN}". Confounded = the run's engine args differ from
-the baseline's in other keys than the knob's, or LoadGen settings / sampling / model / dataset
-differ. Safe to ship = ran, not confounded, every repeat VALID, accuracy PASS.
+Rules: delta = median(config)/median(baseline) - 1, over each config's repeats (default 2).
+Noise band = max(2 x the larger relative spread (max-min)/median of the two configs, the
+{NOISE_FLOOR:.0%} floor; --noise-floor): delta above +band "better", below -band "worse", else
+"within noise" (the delta is below the measured noise: no claim). One repeat on either side:
+"{SINGLE_RUN}" (no spread to measure; stacking then uses the floor
+alone). No-op knob = every engine argument it sets already held that value in the engine the
+config is compared with (as the engine resolved it): its delta is noise, whatever its size.
+Confounded = the run's engine args differ from the baseline's in other keys than the knob's
+(structured values compared key by key), or LoadGen settings / sampling / model / dataset /
+engine environment differ. Safe to ship = ran, not confounded, not a no-op, every repeat
+VALID, accuracy PASS.
 """
 
 
@@ -954,6 +1167,7 @@ def write_chart(rows: Sequence[ConfigRow], path: Path, title: str) -> None:
         "valid": "#1565c0",
         "invalid": "#f9a825",
         "confounded": "#8e24aa",
+        "no-op": "#9e9e9e",
         "failed": "#c62828",
     }
     fig, ax = plt.subplots(figsize=(max(6.0, 1.2 * len(rows) + 2), 4.5))
@@ -973,8 +1187,8 @@ def write_chart(rows: Sequence[ConfigRow], path: Path, title: str) -> None:
             )
             continue
         key = (
-            "confounded"
-            if r.status == "confounded"
+            r.status
+            if r.status in ("confounded", "no-op")
             else "safe"
             if r.safe_to_ship == "yes"
             else "valid"
@@ -1048,6 +1262,8 @@ def run_sweep(plan_path: str | Path, options: SweepOptions, tracking_cfg: Any) -
         raise UsageError(f"unknown sweep kind {options.kind!r}: choose one of {', '.join(KINDS)}")
     if options.repeats < 1:
         raise UsageError("--repeats must be at least 1")
+    if options.price_per_hour is not None and options.price_per_hour <= 0:
+        raise UsageError("--price-per-hour must be a positive number of dollars, e.g. 3.50")
     plan = parse_plan(plan_path)
     out = options.output
     if (out / "sweep.json").exists() and not options.resume:
@@ -1063,6 +1279,7 @@ def run_sweep(plan_path: str | Path, options: SweepOptions, tracking_cfg: Any) -
         "accuracy": options.accuracy,
         "keep_all": options.keep_all,
         "noise_floor": options.noise_floor,
+        "price_per_hour": options.price_per_hour,
         "benchmark": plan.benchmark,
         "scenario": plan.scenario,
         "model": str(plan.model),
@@ -1089,6 +1306,7 @@ def run_sweep(plan_path: str | Path, options: SweepOptions, tracking_cfg: Any) -
                 "sweep.configs": len(rows),
                 "sweep.failed": sum(r.status == "failed" for r in rows),
                 "sweep.confounded": sum(r.status == "confounded" for r in rows),
+                "sweep.no_op": sum(r.status == "no-op" for r in rows),
                 "sweep.safe": sum(r.safe_to_ship == "yes" for r in rows),
             }
         )
@@ -1113,7 +1331,11 @@ def add_sweep_arguments(p: Any) -> None:
         help="isolation: baseline + each knob alone; stacked: knobs added in order",
     )
     p.add_argument(
-        "--repeats", type=int, default=1, help="runs per config (>= 2 gives a noise verdict)"
+        "--repeats",
+        type=int,
+        default=2,
+        help="runs per config (default 2; 1 gives no noise estimate: deltas of a few "
+        "percent cannot be told from noise)",
     )
     p.add_argument(
         "--accuracy",
@@ -1136,6 +1358,13 @@ def add_sweep_arguments(p: Any) -> None:
         help="smallest relative change called better/worse (default 0.02)",
     )
     p.add_argument(
+        "--price-per-hour",
+        type=float,
+        metavar="DOLLARS",
+        help="hourly machine price, passed to every run: rows carry dollars per million "
+        "output tokens",
+    )
+    p.add_argument(
         "--config-timeout",
         type=float,
         help="seconds one repeat may take before it is recorded as failed",
@@ -1155,8 +1384,15 @@ def cmd_sweep(args: Any) -> int:
         keep_all=args.keep_all,
         noise_floor=args.noise_floor,
         config_timeout_s=args.config_timeout,
+        price_per_hour=args.price_per_hour,
     )
     cfg = tracking.resolve_tracking(args, default_experiment="mlperf-vllm-sweeps")
+    if opts.repeats == 1:
+        print(
+            "warning: --repeats 1: no run-to-run noise is measured; a delta below the "
+            f"{opts.noise_floor:.0%} floor is noise, and larger ones are unconfirmed",
+            flush=True,
+        )
     sweep = run_sweep(args.plan, opts, cfg)
     print(markdown_table(sweep.rows, opts.kind))
     print(RULES)

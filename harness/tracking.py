@@ -422,6 +422,8 @@ def performance_metrics(perf: Mapping[str, Any]) -> dict[str, float]:
         "ttft_limit_ms",
         "tpot_limit_ms",
         "num_errors",
+        "price_per_hour",
+        "usd_per_million_tokens",
     ):
         v = _number(perf.get(key))
         if v is not None:

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import dataclasses
+import json
 import logging
 import os
 import shutil
@@ -155,11 +157,55 @@ class EngineConfig:
         return {"model": self.model, **self.kwargs}
 
     def describe(self) -> dict[str, Any]:
-        """Flat, JSON-friendly view for result files and MLflow params."""
-        return {
-            k: (v if isinstance(v, (int, float, str, bool)) or v is None else str(v))
-            for k, v in sorted(self.all_kwargs().items())
-        }
+        """Flat, JSON-friendly view for result files and MLflow params. A structured value
+        (e.g. `compilation_config`) is compact JSON of what was set, not the object's repr."""
+        return {k: plain_value(v) for k, v in sorted(self.all_kwargs().items())}
+
+
+def plain_value(value: Any) -> Any:
+    """A scalar as is; a dict, list or config object as compact JSON text. A config object
+    (vLLM's `CompilationConfig`, ...) keeps only the fields that differ from its defaults, so
+    `compilation_config={"max_cudagraph_capture_size":1024}` reads back as that, not as the
+    ~2,000 characters of the whole object."""
+    if isinstance(value, (int, float, str, bool)) or value is None:
+        return value
+    return json.dumps(_jsonable(value, changed_only=True), sort_keys=True, default=str)
+
+
+def _jsonable(value: Any, *, changed_only: bool) -> Any:
+    if isinstance(value, (int, float, str, bool)) or value is None:
+        return value
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v, changed_only=changed_only) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_jsonable(v, changed_only=changed_only) for v in value]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        out = {}
+        for f in dataclasses.fields(value):
+            if f.name.startswith("_") or not hasattr(value, f.name):
+                continue
+            v = getattr(value, f.name)
+            if changed_only and _is_default(f, v):
+                continue
+            if isinstance(v, (int, float, str, bool, list, tuple, dict)) or v is None:
+                out[f.name] = _jsonable(v, changed_only=changed_only)
+            elif hasattr(v, "value") and isinstance(v.value, (int, str)):  # enums
+                out[f.name] = v.value
+        return out
+    if hasattr(value, "value") and isinstance(value.value, (int, str)):
+        return value.value
+    return str(value)
+
+
+def _is_default(f: dataclasses.Field, value: Any) -> bool:
+    try:
+        if f.default is not dataclasses.MISSING:
+            return bool(value == f.default)
+        if f.default_factory is not dataclasses.MISSING:
+            return bool(value == f.default_factory())
+    except Exception:  # a default that cannot be built or compared: keep the field
+        return False
+    return False
 
 
 # MLPerf's LLM rules forbid caching across queries; vLLM enables prefix caching by default.
@@ -270,6 +316,41 @@ def resolved_settings(vllm_config: Any) -> dict[str, Any]:
             out[name] = (
                 value if isinstance(value, (bool, int, float, str, type(None))) else str(value)
             )
+    return out
+
+
+# Engine arguments whose resolved value lives under another name in vLLM's config objects.
+_RESOLVED_ALIASES = {"kv_cache_dtype": "cache_dtype"}
+
+
+def resolved_engine_args(vllm_config: Any) -> dict[str, Any]:
+    """Every engine argument's value as the engine resolved it (`{arg: value}`), looked up by
+    name in the sections of its `VllmConfig` (scheduler, cache, model, parallel, compilation,
+    ...). This is what a tuning knob is compared with: a knob equal to what the engine already
+    runs (vLLM's default `async_scheduling`, say) changes nothing. Config objects become
+    dicts of their plain fields, anything else not JSON-able a string."""
+    if vllm_config is None:
+        return {}
+    from vllm.engine.arg_utils import EngineArgs
+
+    sections = [
+        getattr(vllm_config, f.name)
+        for f in dataclasses.fields(vllm_config)
+        if dataclasses.is_dataclass(getattr(vllm_config, f.name, None))
+    ]
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(EngineArgs):
+        name = _RESOLVED_ALIASES.get(f.name, f.name)
+        if name in {"model", "tokenizer"}:
+            continue
+        if hasattr(vllm_config, name):
+            value = getattr(vllm_config, name)
+        else:
+            holder = next((s for s in sections if hasattr(s, name)), None)
+            if holder is None:
+                continue
+            value = getattr(holder, name)
+        out[f.name] = _jsonable(value, changed_only=False)
     return out
 
 

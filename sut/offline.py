@@ -23,6 +23,18 @@ from sut.responses import complete_samples
 
 log = logging.getLogger(__name__)
 
+# The order in which a query's samples go to the engine (a SUT may process them in any order).
+ORDERS = ("arrival", "longest-first", "shortest-first")
+
+
+def order_samples(
+    batch: list[tuple[int, int]], prompts: Sequence[Sequence[int]], order: str
+) -> list[tuple[int, int]]:
+    """(response id, sample index) pairs in `order` of prompt length; "arrival" keeps LoadGen's."""
+    if order == "arrival":
+        return batch
+    return sorted(batch, key=lambda item: len(prompts[item[1]]), reverse=order == "longest-first")
+
 
 @dataclass
 class SUTStats:
@@ -84,9 +96,11 @@ class OfflineSUT:
         *,
         progress: bool = True,
         name: str = "Offline",
+        order: str = "arrival",
     ):
         from vllm.inputs import TokensPrompt
 
+        self._order = order  # one of ORDERS
         self._engine = llm.llm_engine
         # The engine's resolved configuration (see sut.engine.resolved_settings).
         self.vllm_config: Any = getattr(self._engine, "vllm_config", None)
@@ -119,7 +133,7 @@ class OfflineSUT:
             self._fail([rid for rid, _ in batch])
             return
         add_request = self._engine.add_request
-        for rid, index in batch:
+        for rid, index in order_samples(batch, self._prompts, self._order):
             key = str(rid)
             add_request(
                 key, self._prompt_type(prompt_token_ids=list(self._prompts[index])), self._params
@@ -160,6 +174,19 @@ class OfflineSUT:
                 self.stats.last_complete_s = time.monotonic()
                 self._progress.update(len(done), self.stats)
         self._progress.close()
+
+    def warm_up(self, indices: Sequence[int]) -> int:
+        """Generate these samples on the engine before the LoadGen test, outside its timing (the
+        rules allow warm-up): the first passes pay for compilation and graph capture. Call it
+        before LoadGen starts only: the worker thread drives the engine once samples come.
+        Returns the number of warm-up requests that finished."""
+        for i, index in enumerate(indices):
+            prompt = self._prompt_type(prompt_token_ids=list(self._prompts[index]))
+            self._engine.add_request(f"warmup-{i}", prompt, self._params)
+        finished = 0
+        while self._engine.has_unfinished_requests():
+            finished += sum(out.finished for out in self._engine.step())
+        return finished
 
     def stop(self) -> None:
         if self._thread.is_alive():

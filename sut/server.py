@@ -24,6 +24,11 @@ Such samples are counted in `stats.single_token_outputs` and logged once, so a r
 says why LoadGen reported errors. With real checkpoints on the MLPerf datasets they do not occur
 (the model does not end a summary on its first token); a `--max-tokens 1` run produces only them.
 
+Offline with data parallelism (`final_only=True`): vllm.LLM refuses data_parallel_size > 1, so
+Offline DP runs here too, but asks the engine for final outputs only (`FINAL_ONLY`): one output
+per request instead of one per token waking the loop, and no first-token reports (Offline has
+no TTFT).
+
 Failures and shutdown
 - An engine error (the engine process died, a request failed) is kept in `error`; the sample is
   still completed with what it produced, and every later sample is completed at once with an
@@ -70,6 +75,7 @@ class ServerStats(SUTStats):
     engine_in_flight: int = 0
     peak_engine_in_flight: int = 0  # most requests inside vLLM at one moment
     first_tokens_reported: int = 0
+    engine_outputs: int = 0  # outputs the engine streamed back (final-only: one per sample)
     # Order of the LoadGen calls per sample, checked as they are made.
     first_token_before_complete: int = 0
     first_token_order_violations: int = 0
@@ -97,9 +103,11 @@ class ServerSUT:
         progress: bool = False,
         name: str = "Server",
         max_in_flight: int | None = None,
+        final_only: bool = False,
     ):
         from vllm.inputs import TokensPrompt
 
+        self._report_first = not final_only  # `sampling_params` must then be FINAL_ONLY
         self._prompt_type = TokensPrompt
         self._prompts = prompts
         self._params = sampling_params
@@ -149,14 +157,16 @@ class ServerSUT:
         progress: bool = False,
         name: str = "Server",
         max_in_flight: int | None = None,
+        final_only: bool = False,
     ) -> ServerSUT:
-        """The runner's entry: an `EngineConfig` and `make_sampling_params` keyword arguments."""
+        """The runner's entry: an `EngineConfig` and `make_sampling_params` keyword arguments.
+        `final_only`: Offline (data parallel): final outputs only, no first-token reports."""
         from sut.engine import EngineConfig, create_async_engine, make_sampling_params
 
         config = EngineConfig(
             engine_config.model, {**SERVER_ENGINE_DEFAULTS, **dict(engine_config.kwargs)}
         )
-        params = make_sampling_params(**dict(sampling), stream=True)
+        params = make_sampling_params(**dict(sampling), stream=not final_only)
         return cls(
             lambda: create_async_engine(config),
             prompts,
@@ -164,6 +174,7 @@ class ServerSUT:
             progress=progress,
             name=name,
             max_in_flight=max_in_flight,
+            final_only=final_only,
         )
 
     def limit_in_flight(self, max_in_flight: int | None) -> None:
@@ -262,9 +273,10 @@ class ServerSUT:
                     stats.peak_engine_in_flight = stats.engine_in_flight
                 prompt = self._prompt_type(prompt_token_ids=list(self._prompts[index]))
                 async for out in self._engine.generate(prompt, self._params, request_id):
+                    stats.engine_outputs += 1
                     new = out.outputs[0].token_ids if out.outputs else ()
                     if new:
-                        if not tokens:
+                        if not tokens and self._report_first:
                             self._queue_first(rid, list(new))
                         tokens.extend(new)
                     # No break on `finished`: the generator ends by itself after its last
@@ -292,7 +304,11 @@ class ServerSUT:
     def _finish(self, rid: int, tokens: Sequence[int], *, failed: bool) -> None:
         if failed:
             self.stats.failed_samples += 1
-        if rid not in self._first_reported and not any(r == rid for r, _ in self._first):
+        if (
+            self._report_first
+            and rid not in self._first_reported
+            and not any(r == rid for r, _ in self._first)
+        ):
             # No token ever came (failure, or an empty generation): LoadGen still needs a
             # first-token record before the completion.
             self._first.append((rid, tuple(tokens[:1])))
@@ -324,7 +340,7 @@ class ServerSUT:
             stats.first_tokens_reported += len(first)
             self._first_reported.update(rid for rid, _ in first)
         if done:
-            for rid, _ in done:
+            for rid, _ in done if self._report_first else ():
                 if rid in self._first_reported:
                     self._first_reported.discard(rid)
                     stats.first_token_before_complete += 1

@@ -227,3 +227,29 @@ def test_unknown_benchmark_and_engine_flag(capsys, tiny_model, tiny_dataset, tmp
         ),
     )
     assert_one_clear_line(code, err, "max_num_sequences")
+
+
+@pytest.mark.parametrize(
+    "extra, needles",
+    [
+        (["--price-per-hour", "-1"], ["--price-per-hour must be a positive"]),
+        (["--warmup-samples", "-3"], ["--warmup-samples must be 0 or more"]),
+        (
+            ["--warmup-samples", "4", "--data-parallel-size", "2"],
+            ["--warmup-samples applies to Offline on one engine", "data_parallel_size 2"],
+        ),
+    ],
+)
+def test_bad_sut_options(capsys, tiny_model, tiny_dataset, tmp_path, extra, needles):
+    code, err = run_cli(capsys, *offline_args(tiny_model, tiny_dataset, tmp_path / "o", *extra))
+    assert_one_clear_line(code, err, *needles)
+
+
+def test_offline_order_only_for_offline(capsys, tiny_model, tiny_dataset, tmp_path):
+    args = offline_args(
+        tiny_model, tiny_dataset, tmp_path / "o", "--offline-order", "longest-first"
+    )
+    args[args.index("Offline")] = "Server"
+    args[args.index(str(SMOKE / "offline.conf"))] = str(SMOKE / "server.conf")
+    code, err = run_cli(capsys, *args)
+    assert_one_clear_line(code, err, "--offline-order applies to Offline", "for Server")

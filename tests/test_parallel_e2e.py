@@ -1,6 +1,6 @@
 """vLLM's own data parallelism behind one LoadGen SUT, on the CPU build: an Offline run with
 --data-parallel-size 2 goes through AsyncLLM (vllm.LLM refuses DP in one process), answers every
-sample and records the parallel sizes it ran with."""
+sample from final outputs only and records the parallel sizes it ran with."""
 
 from __future__ import annotations
 
@@ -37,5 +37,10 @@ def test_offline_data_parallel_2_is_valid_and_recorded(tiny_model, tiny_dataset,
     assert perf["validity"] == "VALID", perf
     stats = result["sut_stats"]
     assert stats["completed"] == stats["issued"] > 0 and stats["failed_samples"] == 0
+    # Offline asks the engine for final outputs only: one output per sample (not one per
+    # token, 64 here) and no first-token reports, which Offline has no use for.
+    assert stats["engine_outputs"] == stats["issued"], stats
+    assert stats["first_tokens_reported"] == 0 and stats["loadgen_first_token_calls"] == 0
+    assert result["engine_resolved_args"]["data_parallel_size"] == 2
     entries = json.loads((out / "accuracy" / "mlperf_log_accuracy.json").read_text())
     assert sorted(e["qsl_idx"] for e in entries) == list(range(result["dataset_size"]))

@@ -123,6 +123,8 @@ def test_isolation_and_stacked_sweeps(tiny_model, small_dataset, server, tmp_pat
     proc = _script(
         "isolation_sweep.sh",
         "--accuracy",
+        "--repeats",  # one run per config keeps this test short; the default is 2
+        "1",
         "--output",
         str(iso),
         "--mlflow-uri",
@@ -142,12 +144,11 @@ def test_isolation_and_stacked_sweeps(tiny_model, small_dataset, server, tmp_pat
         assert "accuracy FAIL" in by[name]["why_not_safe"]
     assert by["seqs8"]["noise_verdict"] == "single run: noise unknown"
     assert by["seqs8"]["delta_pct"] != ""
-    assert (
-        json.loads((iso / "01_seqs8" / "rep1" / "result.json").read_text())["engine_args"][
-            "max_num_seqs"
-        ]
-        == 8
-    )
+    seqs8 = json.loads((iso / "01_seqs8" / "rep1" / "result.json").read_text())
+    assert seqs8["engine_args"]["max_num_seqs"] == 8
+    # what the engine resolved, which the no-op rule compares knobs with
+    assert seqs8["engine_resolved_args"]["max_num_seqs"] == 8
+    assert "--repeats 1: no run-to-run noise is measured" in proc.stdout
     assert "VLLM_CPU_KVCACHE_SPACE=2" in (iso / "02_kvspace2" / "rep1" / "run.log").read_text()
     _check_mlflow(server, iso, rows)
 
@@ -156,6 +157,8 @@ def test_isolation_and_stacked_sweeps(tiny_model, small_dataset, server, tmp_pat
     again = _script(
         "isolation_sweep.sh",
         "--accuracy",
+        "--repeats",  # one run per config keeps this test short; the default is 2
+        "1",
         "--output",
         str(iso),
         "--resume",
@@ -171,6 +174,8 @@ def test_isolation_and_stacked_sweeps(tiny_model, small_dataset, server, tmp_pat
     stacked = tmp_path / "stacked"
     proc = _script(
         "stacked_sweep.sh",
+        "--repeats",
+        "1",
         "--output",
         str(stacked),
         "--mlflow-uri",

@@ -18,9 +18,12 @@ from harness.sweep import (
     RepeatOutcome,
     Sweep,
     SweepOptions,
+    add_sweep_arguments,
     confounding,
     engine_message,
     make_config,
+    markdown_table,
+    no_op,
     noise_verdict,
     parse_plan,
     write_reports,
@@ -73,7 +76,10 @@ def test_plan_format_env_expansion_and_typed_args(tmp_path, monkeypatch):
     [
         ("knob x --engine-arg no_such_arg=1\n", "no engine argument 'no_such_arg'"),
         ("knob x --engine-arg max_num_seqs=many\n", "invalid"),
-        ("knob x --max-num-seqs 4\n", "--engine-arg KEY=VALUE and --env NAME=VALUE only"),
+        (
+            "knob x --max-num-seqs 4\n",
+            "--engine-arg KEY=VALUE, --env NAME=VALUE and --sut KEY=VALUE only",
+        ),
         ("knob x --engine-arg max_num_seqs=8\nknob x --engine-arg max_num_seqs=9\n", "twice"),
         ("knob x\n", "changes nothing"),
         ("knob x --engine-arg max_num_seqs=${NOT_SET_ANYWHERE}\n", "NOT_SET_ANYWHERE is not set"),
@@ -205,12 +211,14 @@ def test_engine_message_prefers_the_root_cause():
 
 
 class FakeRunner:
-    """Stands in for the `mlperf-vllm run` subprocess: throughput per knob set."""
+    """Stands in for the `mlperf-vllm run` subprocess: throughput per knob set; the engine
+    resolves what it was not given to `defaults` (vLLM's own defaults, say)."""
 
-    def __init__(self, tps_by_knobs, fail=()):
+    def __init__(self, tps_by_knobs, fail=(), defaults=None):
         self.tps = tps_by_knobs
         self.fail = set(fail)
         self.calls: list[str] = []
+        self.defaults = defaults or {}
 
     def __call__(self, plan, spec, out, mode, timeout):
         out.mkdir(parents=True, exist_ok=True)
@@ -224,7 +232,9 @@ class FakeRunner:
             k, _, v = pair.partition("=")
             engine[k] = int(v) if v.isdigit() else v
         tps = self.tps[tuple(spec.knobs)]
-        return _outcome(tps=tps, engine=engine)
+        out = _outcome(tps=tps, engine=engine)
+        out.resolved = {**self.defaults, **engine}
+        return out
 
 
 def _stack_plan(tmp_path):
@@ -245,7 +255,9 @@ def test_stacked_keeps_only_what_helped_and_goes_on_after_a_failure(tmp_path):
     runner = FakeRunner(
         {(): 100.0, ("a",): 120.0, ("a", "b"): 121.0, ("a", "d"): 130.0}, fail={"c"}
     )
-    sweep = Sweep(plan, SweepOptions(kind="stacked", output=tmp_path / "out"), runner=runner)
+    sweep = Sweep(
+        plan, SweepOptions(kind="stacked", output=tmp_path / "out", repeats=1), runner=runner
+    )
     rows = sweep.run()
     assert [r.config for r in rows] == ["baseline", "+a", "+b", "+c", "+d"]
     by = {r.config: r for r in rows}
@@ -284,3 +296,239 @@ def test_resume_skips_finished_repeats(tmp_path):
     third = FakeRunner(tps, fail={"c"})
     Sweep(plan2, SweepOptions(output=tmp_path / "out", repeats=2, resume=True), runner=third).run()
     assert third.calls == ["a", "a"]
+
+
+# --------------------------------------------------------------------------- knob semantics
+
+CAPTURE_1024 = 'compilation_config={"max_cudagraph_capture_size":1024}'
+
+
+def _recorded(*pairs: str) -> dict:
+    """engine_args as a run records them in result.json: vLLM's parser, then our describe()."""
+    from sut.engine import make_engine_config, parse_engine_arg_pairs
+
+    return make_engine_config("m", parse_engine_arg_pairs(pairs), gpu=False).describe()
+
+
+def test_json_valued_knob_is_compared_as_json_and_notes_stay_short(tmp_path):
+    plan = parse_plan(_plan(tmp_path, f"knob capture --engine-arg '{CAPTURE_1024}'\n"))
+    spec = make_config(plan, 1, "capture", [plan.knobs[0]])
+    base = _outcome(engine=_recorded())
+    ran = _recorded(CAPTURE_1024)
+    # what result.json holds: compact JSON of what was set, not the object's ~2,000-char repr
+    assert len(ran["compilation_config"]) < 200, ran["compilation_config"]
+    assert confounding(base, _outcome(engine=ran), spec) is None
+    # a different value is still caught, and the note quotes values cut short
+    other = confounding(base, _outcome(engine=_recorded(CAPTURE_1024.replace("1024", "512"))), spec)
+    assert other and "compilation_config ran as" in other and len(other) < 200, other
+    # a result.json written with the whole object's text: judged, but never a 2,000-char note
+    from sut.engine import parse_engine_arg_pairs
+
+    whole = str(parse_engine_arg_pairs([CAPTURE_1024])["compilation_config"])
+    assert len(whole) > 1000
+    old = confounding(base, _outcome(engine={**_recorded(), "compilation_config": whole}), spec)
+    assert old and len(old) < 200, old
+
+
+@pytest.fixture(scope="module")
+def resolved_defaults(tiny_model):
+    """The engine's resolved values of every engine argument, from vLLM's real VllmConfig for
+    the tiny model (no engine start), as `mlperf-vllm run` records them in result.json."""
+    from vllm.engine.arg_utils import EngineArgs
+
+    from sut.engine import make_engine_config, resolved_engine_args
+
+    cfg = make_engine_config(str(tiny_model), gpu=False)
+    return resolved_engine_args(EngineArgs(**cfg.all_kwargs()).create_engine_config())
+
+
+def test_resolved_engine_args_hold_every_engine_argument(resolved_defaults):
+    r = resolved_defaults
+    assert r["max_num_seqs"] == 64 and r["enable_prefix_caching"] is False
+    assert isinstance(r["async_scheduling"], bool)
+    assert r["kv_cache_dtype"] == "auto"  # vLLM keeps it as cache_config.cache_dtype
+    assert isinstance(r["compilation_config"], dict)
+    assert "max_cudagraph_capture_size" in r["compilation_config"]
+    import json
+
+    json.dumps(r)  # JSON-able: it goes into result.json as is
+
+
+def test_knob_equal_to_the_engines_resolved_value_is_a_no_op(tmp_path, resolved_defaults):
+    r = resolved_defaults
+    same_async = "true" if r["async_scheduling"] else "false"
+    # a compilation_config key the engine resolved to a number (on CPU, graph capture sizes
+    # stay unset): the knob restates it
+    key, value = next(
+        (k, v)
+        for k, v in sorted(r["compilation_config"].items())
+        if isinstance(v, int) and not isinstance(v, bool)
+    )
+    plan = parse_plan(
+        _plan(
+            tmp_path,
+            f"knob async --engine-arg async_scheduling={same_async}\n"
+            f"knob seqs --engine-arg max_num_seqs=128\n"
+            f"knob capture_same --engine-arg "
+            f"'compilation_config={{\"{key}\":{value}}}'\n"
+            f"knob capture_new --engine-arg '{CAPTURE_1024}'\n"
+            f"knob env --env OMP_NUM_THREADS=1\n",
+        )
+    )
+    async_knob, seqs, capture_same, capture_new, env = plan.knobs
+    base = _outcome()
+    base.resolved = dict(r)
+
+    def ran(**changed):
+        out = _outcome()
+        out.resolved = {**r, **changed}
+        return out
+
+    note = no_op(base, ran(), [async_knob])
+    assert note and f"async_scheduling={r['async_scheduling']!r}" in note
+    assert no_op(base, ran(max_num_seqs=128), [seqs]) is None
+    assert no_op(base, ran(), [capture_same])  # compared on the knob's own key
+    new_cc = {**r["compilation_config"], "max_cudagraph_capture_size": 1024}
+    assert no_op(base, ran(compilation_config=new_cc), [capture_new]) is None
+    assert no_op(base, ran(), [env]) is None  # environment knobs are never judged no-op
+    unknown = _outcome()
+    unknown.resolved = {}  # a result.json from before resolved values were recorded
+    assert no_op(unknown, ran(), [async_knob]) is None
+
+    # through the sweep: marked no-op (not a gain, however large its delta), never stacked
+    runner = FakeRunner(
+        {(): 100.0, ("async",): 103.0, ("seqs",): 110.0, ("async", "seqs"): 112.0},
+        defaults={"async_scheduling": r["async_scheduling"]},
+    )
+    plan2 = parse_plan(
+        _plan(
+            tmp_path,
+            f"knob async --engine-arg async_scheduling={same_async}\n"
+            "knob seqs --engine-arg max_num_seqs=128\n",
+        )
+    )
+    rows = Sweep(plan2, SweepOptions(output=tmp_path / "iso", repeats=1), runner=runner).run()
+    by = {row.config: row for row in rows}
+    assert by["async"].status == "no-op" and by["async"].noise_verdict == "no-op knob"
+    assert by["async"].safe_to_ship == "no" and "no-op" in by["async"].note
+    assert by["seqs"].status == "ok"
+    table = markdown_table(rows, "isolation")
+    assert "| no-op |" in table and "engine already ran async_scheduling" in table
+    stacked = Sweep(
+        plan2, SweepOptions(kind="stacked", output=tmp_path / "st", repeats=1), runner=runner
+    )
+    srows = stacked.run()
+    assert {row.config: row.kept for row in srows}["+async"] == "dropped: no-op"
+    assert stacked.final_stack == ["seqs"]
+    # a knob restating a value the baseline run already passed to the engine (not in the plan:
+    # a CPU default) leaves the engine args unchanged: a no-op, not "confounded"
+    plan3 = parse_plan(_plan(tmp_path, "knob seqs64 --engine-arg max_num_seqs=64\n"))
+    runner3 = FakeRunner({(): 100.0, ("seqs64",): 104.0})
+    rows3 = Sweep(plan3, SweepOptions(output=tmp_path / "s64", repeats=1), runner=runner3).run()
+    assert rows3[1].status == "no-op" and rows3[1].confounded == "", rows3[1]
+
+
+def test_two_repeats_by_default_and_the_noise_band_is_reported(tmp_path):
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    add_sweep_arguments(parser)
+    assert parser.parse_args(["plan.txt"]).repeats == 2
+    assert SweepOptions().repeats == 2
+    plan = _stack_plan(tmp_path)
+    runner = FakeRunner({(): 100.0, ("a",): 101.0, ("b",): 110.0, ("c",): 100.0, ("d",): 99.0})
+    rows = Sweep(plan, SweepOptions(output=tmp_path / "out"), runner=runner).run()
+    assert runner.calls.count("baseline") == 2
+    by = {row.config: row for row in rows}
+    assert by["a"].noise_verdict == "within noise" and by["a"].noise_band_pct == pytest.approx(2)
+    assert by["b"].noise_verdict == "better"
+    table = markdown_table(rows, "isolation")
+    assert "within noise (band ±2.0%)" in table and "better (band ±2.0%)" in table
+    from harness.sweep import RULES
+
+    assert "below the measured noise" in RULES and "no-op" in RULES.lower()
+
+
+def test_price_per_hour_reaches_every_run_and_the_rows(tmp_path):
+    from harness.sweep import run_command
+
+    plan = _stack_plan(tmp_path)
+    opts = SweepOptions(output=tmp_path / "out", repeats=1, price_per_hour=2.0)
+    default = Sweep(plan, opts)  # the real per-repeat runner: `mlperf-vllm run` subprocesses
+    assert default.runner.keywords["extra"] == ("--price-per-hour", "2")
+    cmd = run_command(
+        plan,
+        make_config(plan, 0, "baseline", []),
+        tmp_path,
+        "performance",
+        None,
+        ("--price-per-hour", "2"),
+    )
+    assert cmd[cmd.index("--price-per-hour") + 1] == "2"
+    runner = FakeRunner({(): 100.0, ("a",): 200.0, ("b",): 100.0, ("c",): 100.0, ("d",): 100.0})
+    rows = Sweep(plan, opts, runner=runner).run()
+    by = {r.config: r for r in rows}
+    # $2/h at 200 tok/s = 720,000 tokens an hour
+    assert by["a"].usd_per_million_tokens == pytest.approx(2.0 / 0.72)
+    assert "$/M tokens" in markdown_table(rows, "isolation")
+
+
+def test_sut_option_knobs_reach_the_run_and_are_guarded(tmp_path):
+    from harness.sweep import run_command
+
+    plan = parse_plan(
+        _plan(
+            tmp_path,
+            "baseline --sut warmup_samples=2\n"
+            "knob longest --sut offline_order=longest-first\n"
+            "knob warm --sut warmup_samples=8\n",
+        )
+    )
+    longest, warm = plan.knobs
+    spec = make_config(plan, 1, "longest", [longest])
+    cmd = run_command(plan, spec, tmp_path, "performance")
+    assert cmd[cmd.index("--offline-order") + 1] == "longest-first"
+    assert cmd[cmd.index("--warmup-samples") + 1] == "2"  # the baseline's
+    assert spec.signature(plan, False) != make_config(plan, 2, "warm", [warm]).signature(
+        plan, False
+    )
+
+    def ran(**sut_options):
+        return _outcome(
+            sut_options={"offline_order": "arrival", "warmup_samples": 2, **sut_options}
+        )
+
+    base = ran()
+    assert confounding(base, ran(offline_order="longest-first"), spec) is None
+    assert "sut offline_order ran as 'arrival'" in (confounding(base, ran(), spec) or "")
+    # the baseline's own SUT option must hold too
+    assert "sut warmup_samples ran as 0, the plan asked for '2'" in (
+        confounding(base, ran(offline_order="longest-first", warmup_samples=0), spec) or ""
+    )
+    # a SUT option neither the baseline nor the knob sets must not move
+    warm_spec = make_config(plan, 2, "warm", [warm])
+    assert "sut_options differs from the baseline: offline_order" in (
+        confounding(base, ran(warmup_samples=8, offline_order="longest-first"), warm_spec) or ""
+    )
+    assert confounding(base, ran(warmup_samples=8), warm_spec) is None
+    assert no_op(base, ran(offline_order="longest-first"), [longest]) is None
+
+
+@pytest.mark.parametrize(
+    "body, match",
+    [
+        ("knob k --sut batch=4\n", "'batch' is not a SUT option"),
+        ("knob k --sut offline_order=random\n", "use one of arrival, longest-first"),
+        ("knob k --sut warmup_samples=lots\n", "whole number"),
+    ],
+)
+def test_bad_sut_knobs(tmp_path, body, match):
+    with pytest.raises(PlanError, match=match):
+        parse_plan(_plan(tmp_path, body))
+
+
+def test_sut_knobs_only_for_offline(tmp_path):
+    p = _plan(tmp_path, "knob k --sut offline_order=longest-first\n")
+    p.write_text(p.read_text().replace("scenario Offline", "scenario Server"))
+    with pytest.raises(PlanError, match="Offline scenario only"):
+        parse_plan(p)
