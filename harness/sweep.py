@@ -31,6 +31,7 @@ Rules (also printed under the table):
 from __future__ import annotations
 
 import csv
+import functools
 import hashlib
 import json
 import os
@@ -44,6 +45,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.children import EXIT_TIMEOUT, run_child
 from harness.errors import UsageError
 from harness.runner import run_argv
 
@@ -423,7 +425,12 @@ def read_repeat(out: Path, rc: int, log_text: str) -> RepeatOutcome:
 
 
 def run_command(
-    plan: Plan, spec: ConfigSpec, out: Path, mode: str, nltk_data: str | None = None
+    plan: Plan,
+    spec: ConfigSpec,
+    out: Path,
+    mode: str,
+    nltk_data: str | None = None,
+    stall_timeout_s: float | None = None,
 ) -> list[str]:
     cmd = run_argv(
         plan.benchmark, plan.scenario, mode, plan.model, plan.dataset, out, plan.user_conf
@@ -432,13 +439,20 @@ def run_command(
         cmd += ["--max-tokens", str(plan.max_tokens)]
     if nltk_data:
         cmd += ["--nltk-data", nltk_data]
+    if stall_timeout_s is not None:
+        cmd += ["--stall-timeout", f"{stall_timeout_s:g}"]
     for pair in spec.engine_args:
         cmd += ["--engine-arg", pair]
     return cmd
 
 
 def run_repeat(
-    plan: Plan, spec: ConfigSpec, out: Path, mode: str, timeout_s: float | None = None
+    plan: Plan,
+    spec: ConfigSpec,
+    out: Path,
+    mode: str,
+    timeout_s: float | None = None,
+    stall_timeout_s: float | None = None,
 ) -> RepeatOutcome:
     """One `mlperf-vllm run` in its own process; its output goes to OUT/run.log."""
     out.mkdir(parents=True, exist_ok=True)
@@ -447,19 +461,16 @@ def run_repeat(
     env = {**os.environ, **dict(spec.env)}
     for k in ("MLPERF_VLLM_PARENT_RUN_ID",):
         env.pop(k, None)
-    cmd = run_command(plan, spec, out, mode, env.get("NLTK_DATA"))
+    cmd = run_command(plan, spec, out, mode, env.get("NLTK_DATA"), stall_timeout_s)
     t0 = time.monotonic()
     with open(out / RUN_LOG, "w") as log:
         log.write("$ " + shlex.join(cmd) + "\n")
         if spec.env:
             log.write("# env: " + " ".join(f"{k}={v}" for k, v in spec.env) + "\n")
         log.flush()
-        try:
-            rc = subprocess.run(
-                cmd, stdout=log, stderr=subprocess.STDOUT, env=env, timeout=timeout_s
-            ).returncode
-        except subprocess.TimeoutExpired:
-            rc = 124
+        # Its own process group: a timeout or Ctrl-C / SIGTERM ends the engine's processes too.
+        rc = run_child(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, timeout_s=timeout_s)
+        if rc == EXIT_TIMEOUT:
             log.write(f"\nTimeoutError: config ran past --config-timeout {timeout_s} s\n")
     outcome = read_repeat(out, rc, (out / RUN_LOG).read_text(errors="replace"))
     outcome.wall_s = round(time.monotonic() - t0, 1)
@@ -620,6 +631,7 @@ class SweepOptions:
     keep_all: bool = False
     noise_floor: float = NOISE_FLOOR
     config_timeout_s: float | None = None
+    stall_timeout_s: float | None = None  # each repeat's --stall-timeout (None: run's default)
 
 
 RepeatRunner = Callable[[Plan, ConfigSpec, Path, str, "float | None"], RepeatOutcome]
@@ -1080,7 +1092,8 @@ def run_sweep(plan_path: str | Path, options: SweepOptions, tracking_cfg: Any) -
         output_dir=out,
     ) as parent:
         meta["mlflow_parent_run_id"] = parent.run_id
-        sweep = Sweep(plan, options, parent)
+        runner = functools.partial(run_repeat, stall_timeout_s=options.stall_timeout_s)
+        sweep = Sweep(plan, options, parent, runner)
         sweep.run()
         write_reports(sweep, meta)
         rows = sweep.rows
@@ -1138,7 +1151,15 @@ def add_sweep_arguments(p: Any) -> None:
     p.add_argument(
         "--config-timeout",
         type=float,
-        help="seconds one repeat may take before it is recorded as failed",
+        help="seconds one repeat may take before it is recorded as failed (its whole "
+        "process group is ended)",
+    )
+    p.add_argument(
+        "--stall-timeout",
+        type=float,
+        metavar="S",
+        help="each repeat fails when its engine produces nothing for S seconds with samples "
+        "in flight (default: the run's)",
     )
 
 
@@ -1155,6 +1176,7 @@ def cmd_sweep(args: Any) -> int:
         keep_all=args.keep_all,
         noise_floor=args.noise_floor,
         config_timeout_s=args.config_timeout,
+        stall_timeout_s=args.stall_timeout,
     )
     cfg = tracking.resolve_tracking(args, default_experiment="mlperf-vllm-sweeps")
     sweep = run_sweep(args.plan, opts, cfg)
