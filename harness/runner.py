@@ -399,7 +399,7 @@ def run_loadgen_test(
     stall_timeout_s: float | None = None,
 ) -> None:
     """StartTest on a worker thread, so this (main) thread keeps taking Ctrl-C, notices a
-    dead engine and watches for a stalled one (`sut.check_stall`: no token for
+    dead engine and watches for a stalled one (`sut.check`: no token for
     `stall_timeout_s` while samples are in flight fails the SUT, which answers them).
     LoadGen has no way to cut a test short: a Server test lasts its scheduled duration
     whatever the SUT does. So on Ctrl-C, or when the engine failed and LoadGen does not end
@@ -422,7 +422,7 @@ def run_loadgen_test(
     failed_at: float | None = None
     while not done.wait(0.2):
         if sut.error is None:
-            sut.check_stall(stall_timeout_s)
+            sut.check(stall_timeout_s)
             continue
         failed_at = failed_at or time.monotonic()
         if time.monotonic() - failed_at > ENGINE_FAILURE_GRACE_S:

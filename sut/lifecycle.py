@@ -197,6 +197,31 @@ class Ledger:
             return 0
 
 
+def engine_dead_error(detail: str) -> BaseException:
+    """vLLM's own EngineDeadError (what a request on a dead engine raises), with `detail`."""
+    try:
+        from vllm.v1.engine.exceptions import EngineDeadError
+    except ImportError:  # pragma: no cover - depends on the vLLM release
+        return RuntimeError(f"the vLLM engine died: {detail}")
+    err = EngineDeadError()
+    err.args = (f"the vLLM engine died: {detail}",)
+    return err
+
+
+def exited(procs: Sequence[Any]) -> list[Any]:
+    """The processes among `procs` that are gone (exited, killed, or zombies)."""
+    import psutil
+
+    gone = []
+    for p in procs:
+        try:
+            if not p.is_running() or p.status() == psutil.STATUS_ZOMBIE:
+                gone.append(p)
+        except psutil.Error:
+            gone.append(p)
+    return gone
+
+
 def descendants() -> list[Any]:
     import psutil  # a vLLM dependency
 
@@ -355,6 +380,21 @@ class EngineSUT:
         """Record `exc` (the first failure wins) and answer every outstanding sample."""
         self._set_error(exc)
         self._fail_outstanding()
+
+    def engine_failure(self) -> BaseException | None:
+        """The engine's death, if the SUT can see it without a call into the engine."""
+        return None
+
+    def check(self, stall_limit_s: float | None) -> None:
+        """The runner's watchdog, called about 5x a second during a test: fail the SUT when
+        its engine died or stalled (which answers every outstanding sample)."""
+        if self.error is not None:
+            return
+        dead = self.engine_failure()
+        if dead is not None:
+            self.fail(dead)
+            return
+        self.check_stall(stall_limit_s)
 
     def check_stall(self, limit_s: float | None) -> str | None:
         """Fail the test when samples are in flight and nothing moved for `limit_s`."""

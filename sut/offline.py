@@ -13,7 +13,9 @@ and writes its logs; the runner then fails the run with that error.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import queue
 import threading
 import time
@@ -28,13 +30,15 @@ from sut.lifecycle import (
     Ledger,
     Progress,
     SUTStats,
+    engine_dead_error,
+    exited,
     reap,
     tokens_prompt,
 )
 
 log = logging.getLogger(__name__)
 
-FAILED_ENGINE_GRACE_S = 5.0
+FAILED_ENGINE_GRACE_S = 2.0
 
 
 class OfflineSUT(EngineSUT):
@@ -60,6 +64,9 @@ class OfflineSUT(EngineSUT):
         self._engine = llm.llm_engine
         self._owns_engine = engine_procs is not None
         self._engine_procs = list(engine_procs or ())
+        # Our direct children among them: the engine core(s). Their workers, and any helper
+        # processes those start and end, are theirs to watch.
+        self._engine_cores = [p for p in self._engine_procs if _parent(p) == os.getpid()]
         self.vllm_config = getattr(self._engine, "vllm_config", None)
         self._prompt_type = tokens_prompt
         self._prompts = prompts
@@ -161,6 +168,23 @@ class OfflineSUT(EngineSUT):
         stats.last_complete_s = time.monotonic()
         self._progress.update(n, stats)
 
+    def engine_failure(self) -> BaseException | None:
+        """vLLM's synchronous client never wakes a `step()` blocked on a dead engine core (it
+        only flags it dead), so the death is read from the engine's processes here."""
+        gone = exited(self._engine_cores)
+        if not gone:
+            return None
+        names = ", ".join(sorted({_name(p) for p in gone}))
+        return engine_dead_error(f"its process {names} exited")
+
+    def _wake_worker(self) -> None:
+        """Unblock a worker waiting in `step()` on an engine that will never answer."""
+        core = getattr(self._engine, "engine_core", None)
+        outputs = getattr(core, "outputs_queue", None)
+        if outputs is not None:
+            with contextlib.suppress(Exception):
+                outputs.put_nowait(self.error or engine_dead_error("the SUT stopped"))
+
     # Lifecycle -----------------------------------------------------------------------------
     def stop(self, timeout_s: float = DEFAULT_STOP_TIMEOUT_S) -> None:
         """Answer what is outstanding, end the worker, shut the engine down if it is ours."""
@@ -175,7 +199,8 @@ class OfflineSUT(EngineSUT):
             # engine first, which ends that step. A failed engine gets little time to say
             # goodbye before its processes are killed.
             self._shutdown_engine(min(timeout_s, FAILED_ENGINE_GRACE_S))
-        self._thread.join(timeout_s if not failed else 5.0)
+            self._wake_worker()
+        self._thread.join(timeout_s if not failed else FAILED_ENGINE_GRACE_S)
         if self._thread.is_alive():
             log.error("the offline SUT worker did not end within its timeout")
         self._fail_outstanding()
@@ -202,3 +227,17 @@ class OfflineSUT(EngineSUT):
         if not done.wait(timeout_s):
             log.error("engine shutdown did not finish within %.0f s", timeout_s)
         reap(self._engine_procs)
+
+
+def _name(proc: Any) -> str:
+    try:
+        return f"{proc.name()} (pid {proc.pid})"
+    except Exception:
+        return f"pid {proc.pid}"
+
+
+def _parent(proc: Any) -> int | None:
+    try:
+        return int(proc.ppid())
+    except Exception:
+        return None

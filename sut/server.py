@@ -69,7 +69,7 @@ from sut.lifecycle import (
 log = logging.getLogger(__name__)
 
 WATCHDOG_PERIOD_S = 0.5
-FAILED_ENGINE_GRACE_S = 5.0
+FAILED_ENGINE_GRACE_S = 2.0
 
 # The async engine logs throughput every few seconds by default; LoadGen measures that itself.
 SERVER_ENGINE_DEFAULTS: Mapping[str, Any] = {"disable_log_stats": True}
@@ -395,7 +395,9 @@ class ServerSUT(EngineSUT):
             if self._engine is not None or self._tasks:
                 try:
                     self._call(self._close(), timeout=timeout_s)
-                except (concurrent.futures.TimeoutError, RuntimeError) as exc:
+                except concurrent.futures.TimeoutError:
+                    log.error("engine shutdown did not finish within %.0f s", timeout_s)
+                except RuntimeError as exc:
                     log.error("engine shutdown did not finish cleanly: %s", describe_error(exc))
             self._closed = True
             with contextlib.suppress(RuntimeError):
