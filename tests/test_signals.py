@@ -64,14 +64,19 @@ def test_second_signal_kills_everything_at_once(signum):
 
 
 def test_child_timeout_ends_its_whole_process_group(tmp_path):
-    script = "sleep 300 & sleep 300 & wait"  # grandchildren, as an engine's processes are
+    script = "sleep 313 & sleep 313 & wait"  # grandchildren, as an engine's processes are
     t0 = time.monotonic()
     seen: list[psutil.Process] = []
 
     def watch() -> None:
         parent = psutil.Process()
         while time.monotonic() - t0 < 1.5:
-            seen.extend(parent.children(recursive=True))
+            for p in parent.children(recursive=True):
+                try:
+                    if "313" in " ".join(p.cmdline()):
+                        seen.append(p)
+                except psutil.Error:
+                    pass
             time.sleep(0.1)
 
     import threading
