@@ -97,13 +97,13 @@ def main() -> None:
     import mlperf_loadgen as lg
     from vllm.inputs import TokensPrompt
 
-    from harness.runner import shutdown_llm
     from harness.settings import build_log_settings
     from sut.engine import (
         create_llm,
         make_engine_config,
         make_sampling_params,
         parse_engine_arg_pairs,
+        shutdown_llm,
     )
     from sut.offline import OfflineSUT
     from sut.qsl import TokenQSL

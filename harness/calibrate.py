@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.benchmarks import Benchmark, resolve
+from harness.children import EXIT_TIMEOUT, run_child
 from harness.errors import UsageError
 from harness.runner import run_argv
 
@@ -53,6 +54,9 @@ class CalibrateRequest:
     trial_s: float = 30.0  # Server: min_duration of one trial
     trial_queries: int = 200  # Server: min_query_count of one trial
     backoff: float = 0.05  # Server: written QPS = highest passing x (1 - backoff)
+    # Wall-clock limit of one trial (its process group is ended); hangs inside a trial are
+    # caught sooner by the run's own --stall-timeout / --engine-start-timeout.
+    trial_timeout_s: float | None = None
     run_args: tuple[
         str, ...
     ] = ()  # passed to each `mlperf-vllm run` (engine flags, --max-tokens...)
@@ -95,13 +99,20 @@ def _run_once(req: CalibrateRequest, scenario: str, conf: Path, out: Path) -> di
         *req.run_args,
     )
     print(f"calibrate: {' '.join(cmd[2:])}", flush=True)
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    out.mkdir(parents=True, exist_ok=True)
     result_path = out / "result.json"
-    if proc.returncode != 0 or not result_path.exists():
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
-        raise UsageError(
-            f"the calibration run failed (exit {proc.returncode}): {tail[0]} (logs in {out})"
-        )
+    result_path.unlink(missing_ok=True)
+    run_log = out / "run.log"
+    with open(run_log, "w") as log:
+        # Its own process group: a timeout or Ctrl-C / SIGTERM ends the engine's processes too.
+        rc = run_child(cmd, stdout=log, stderr=subprocess.STDOUT, timeout_s=req.trial_timeout_s)
+    if rc != 0 or not result_path.exists():
+        lines = run_log.read_text(errors="replace").strip().splitlines()
+        errors = [line for line in lines if line.startswith("error:")]
+        tail = (errors or lines)[-1:] or ["no output"]
+        if rc == EXIT_TIMEOUT:
+            tail = [f"it ran past --trial-timeout {req.trial_timeout_s:g} s"]
+        raise UsageError(f"the calibration run failed (exit {rc}): {tail[0]} (logs in {out})")
     result = json.loads(result_path.read_text())
     if not result.get("performance"):
         raise UsageError(f"the calibration run in {out} has no performance result")

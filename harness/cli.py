@@ -89,6 +89,7 @@ def _add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nltk-data", type=Path, help="folder holding NLTK's punkt_tab")
     p.add_argument("--no-evaluate", action="store_true", help="keep the accuracy log unscored")
     p.add_argument("--no-progress", action="store_true")
+    add_watchdog_arguments(p)
     p.add_argument("--strict", action="store_true", help="exit 3 when INVALID or accuracy FAIL")
     p.add_argument(
         "--submission",
@@ -97,6 +98,27 @@ def _add_run_arguments(p: argparse.ArgumentParser) -> None:
         "result; without it they are reported in one warning line",
     )
     _add_mlflow_arguments(p)
+
+
+def add_watchdog_arguments(p: argparse.ArgumentParser) -> None:
+    from sut.lifecycle import DEFAULT_ENGINE_START_TIMEOUT_S, DEFAULT_STALL_TIMEOUT_S
+
+    p.add_argument(
+        "--stall-timeout",
+        type=float,
+        default=DEFAULT_STALL_TIMEOUT_S,
+        metavar="S",
+        help="fail the run when samples are in flight and the engine produced nothing for S "
+        f"seconds (default {DEFAULT_STALL_TIMEOUT_S:g}; 0: never)",
+    )
+    p.add_argument(
+        "--engine-start-timeout",
+        type=float,
+        default=DEFAULT_ENGINE_START_TIMEOUT_S,
+        metavar="S",
+        help=f"fail the run when the engine has not started after S seconds "
+        f"(default {DEFAULT_ENGINE_START_TIMEOUT_S:g}; 0: never)",
+    )
 
 
 def _add_mlflow_arguments(p: argparse.ArgumentParser, experiment: str | None = None) -> None:
@@ -251,6 +273,8 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
         offline_order=args.offline_order,
         warmup_samples=args.warmup_samples,
         price_per_hour=args.price_per_hour,
+        stall_timeout_s=args.stall_timeout or None,
+        engine_start_timeout_s=args.engine_start_timeout or None,
     )
     cfg = tracking.resolve_tracking(args)
     tracking.check_reachable(cfg)  # before any engine starts
@@ -456,6 +480,13 @@ def _add_submission_commands(sub) -> None:
         default=0.05,
         help="Server: written QPS = highest passing x (1 - backoff)",
     )
+    cal.add_argument(
+        "--trial-timeout",
+        type=float,
+        metavar="S",
+        help="seconds one measurement run may take before it is ended with its engine "
+        "(default: no limit; each run's --stall-timeout still fails a stalled engine)",
+    )
 
 
 def cmd_calibrate(args: argparse.Namespace, extra: list[str]) -> int:
@@ -486,6 +517,7 @@ def cmd_calibrate(args: argparse.Namespace, extra: list[str]) -> int:
             trial_s=args.trial_s,
             trial_queries=args.trial_queries,
             backoff=args.backoff,
+            trial_timeout_s=args.trial_timeout,
             run_args=tuple(extra),
         )
     )
@@ -494,11 +526,13 @@ def cmd_calibrate(args: argparse.Namespace, extra: list[str]) -> int:
 
 def _exit_now_if_loadgen_running(code: int) -> None:
     """After Ctrl-C or a dead engine LoadGen's threads may still run (it cannot end a test
-    early); leaving through interpreter shutdown would let them call into a finalizing
-    Python. The engine is already stopped and the logs are on disk: exit at once."""
+    early), or an abandoned engine start; leaving through interpreter shutdown would let them
+    call into a finalizing Python. The engine is already stopped and the logs are on disk:
+    exit at once."""
     from harness.runner import loadgen_still_running
+    from sut.lifecycle import engine_start_abandoned
 
-    if loadgen_still_running():
+    if loadgen_still_running() or engine_start_abandoned():
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
@@ -521,6 +555,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     debug = args.debug
+    from harness import signals
+
+    signals.install()  # SIGTERM and SIGINT end every command the same way
     try:
         if args.command == "run":
             return cmd_run(args, extra)
@@ -556,8 +593,9 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except Exception as exc:
         from harness.runner import EngineFailure
+        from sut.lifecycle import EngineStartTimeout
 
-        if not isinstance(exc, EngineFailure):
+        if not isinstance(exc, (EngineFailure, EngineStartTimeout)):
             raise
         if debug:
             import traceback

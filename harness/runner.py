@@ -43,6 +43,7 @@ from harness.settings import (
     set_mode,
 )
 from sut.engine import describe_error, resolved_engine_args, resolved_settings
+from sut.lifecycle import DEFAULT_ENGINE_START_TIMEOUT_S, DEFAULT_STALL_TIMEOUT_S
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +74,9 @@ class RunRequest:
     offline_order: str = "arrival"  # sut.offline.ORDERS: samples to the engine by prompt length
     warmup_samples: int = 0  # dataset prompts generated before the LoadGen test, untimed
     price_per_hour: float | None = None  # dollars: adds cost per million output tokens
+    # No token for this long while samples are in flight fails the run (None: never).
+    stall_timeout_s: float | None = DEFAULT_STALL_TIMEOUT_S
+    engine_start_timeout_s: float | None = DEFAULT_ENGINE_START_TIMEOUT_S
 
     def modes(self) -> list[str]:
         return ["performance", "accuracy"] if self.mode == "both" else [self.mode]
@@ -239,51 +243,38 @@ def engine_env_vars() -> dict[str, str]:
     }
 
 
-def build_sut(prep: PreparedRun):
-    """The SUT for the scenario. Offline: `vllm.LLM` and its request loop; everything else:
-    the streaming SUT over `AsyncLLM`. Returns (sut, shutdown callable)."""
-    from sut.engine import create_llm, make_sampling_params
-
+def build_sut(prep: PreparedRun) -> Any:
+    """The SUT for the scenario, its engine started. Offline: `vllm.LLM` and its request loop;
+    everything else: the streaming SUT over `AsyncLLM`. The SUT owns its engine: `stop()`."""
     scenario = prep.request.scenario
     data_parallel = int(prep.engine_config.kwargs.get("data_parallel_size") or 1)
+    req = prep.request
     if scenario == "Offline" and data_parallel == 1:
         from sut.offline import OfflineSUT
 
-        llm = create_llm(prep.engine_config)
-        sut: Any = OfflineSUT(
-            llm,
+        return OfflineSUT.create(
+            prep.engine_config,
             prep.dataset.prompts,
-            make_sampling_params(**prep.sampling),
-            progress=prep.request.progress,
+            prep.sampling,
+            progress=req.progress,
+            name=scenario,
+            start_timeout_s=req.engine_start_timeout_s,
             order=prep.request.offline_order,
         )
-
-        def shutdown() -> None:
-            sut.stop()
-            shutdown_llm(llm)
-
-        return sut, shutdown
     # Server-like scenarios, and Offline with data parallelism: `vllm.LLM` refuses
     # data_parallel_size > 1 in one process, while AsyncLLM runs one engine core per replica
     # behind one front end and balances requests across them (one LoadGen SUT, no router).
     from sut.server import ServerSUT
 
-    sut = ServerSUT.create(
+    return ServerSUT.create(
         prep.engine_config,
         prep.dataset.prompts,
         prep.sampling,
-        progress=prep.request.progress,
+        progress=req.progress,
         name=scenario,
         final_only=scenario == "Offline",  # no per-token outputs, no first-token reports
+        start_timeout_s=req.engine_start_timeout_s,
     )
-    return sut, sut.shutdown
-
-
-def shutdown_llm(llm: Any) -> None:
-    """Stop the engine's worker processes now rather than at interpreter exit."""
-    core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
-    if core is not None and hasattr(core, "shutdown"):
-        core.shutdown()
 
 
 def run(
@@ -347,7 +338,7 @@ def run(
     qsl = TokenQSL(prep.dataset.prompts, settings.performance_sample_count_override or None)
     t0 = time.monotonic()
     try:
-        sut, shutdown = build_sut(prep)
+        sut = build_sut(prep)
     except BaseException as exc:  # vLLM rejected the engine arguments, or start was interrupted
         qsl.destroy()
         result["status"] = "failed" if not isinstance(exc, KeyboardInterrupt) else "interrupted"
@@ -363,6 +354,15 @@ def run(
         note = "the engine runs with prefix caching on: not compliant (MLPerf LLM rules)"
         result["warnings"].append(note)
         print(f"warning: {note}", flush=True)
+    stats_by_mode: dict[str, dict[str, Any]] = {}
+    mode = req.modes()[0]
+
+    def keep_stats(mode: str) -> None:
+        stats_by_mode[mode] = dict(vars(sut.stats))
+        # The performance test's stats are the run's (MLflow metrics, summary table).
+        result["sut_stats"] = stats_by_mode.get("performance", stats_by_mode[mode])
+        result["sut_stats_by_mode"] = stats_by_mode
+
     try:
         if req.warmup_samples:
             _warm_up(sut, prep, result)
@@ -370,7 +370,8 @@ def run(
             set_mode(settings, mode)
             log_dir = out / mode
             log_settings = build_log_settings(log_dir)
-            run_loadgen_test(lg, sut, qsl, settings, log_settings, audit, mode)
+            sut.reset_stats()
+            run_loadgen_test(lg, sut, qsl, settings, log_settings, audit, mode, req.stall_timeout_s)
             if sut.error is not None:
                 raise EngineFailure(
                     f"vLLM engine failed during the {mode} test: {describe_error(sut.error)}"
@@ -382,12 +383,12 @@ def run(
                     _add_latency_fields(result["performance"], log_dir)
             else:
                 result["accuracy"] = {"log": str(log_dir / ACCURACY_LOG)}
-            result["sut_stats"] = dict(vars(sut.stats))
+            keep_stats(mode)
             _write(result_path, result)
     except BaseException as exc:
         result["status"] = "failed" if not isinstance(exc, KeyboardInterrupt) else "interrupted"
         result["error"] = f"{type(exc).__name__}: {exc}"
-        result["sut_stats"] = dict(vars(sut.stats))
+        keep_stats(mode)
         _write(result_path, result)
         raise
     finally:
@@ -397,7 +398,7 @@ def run(
             # only the engine, its processes and our threads.
             sut.handle = None
             qsl.handle = None
-        shutdown()
+        sut.stop()
         qsl.destroy()
 
     if result["accuracy"] is not None and req.evaluate:
@@ -434,13 +435,22 @@ def loadgen_still_running() -> bool:
 
 
 def run_loadgen_test(
-    lg: Any, sut: Any, qsl: Any, settings: Any, log_settings: Any, audit: Path, mode: str
+    lg: Any,
+    sut: Any,
+    qsl: Any,
+    settings: Any,
+    log_settings: Any,
+    audit: Path,
+    mode: str,
+    stall_timeout_s: float | None = None,
 ) -> None:
-    """StartTest on a worker thread, so this (main) thread keeps taking Ctrl-C and notices a
-    dead engine. LoadGen has no way to cut a test short: a Server test lasts its scheduled
-    duration whatever the SUT does. So on Ctrl-C, or when the engine failed and LoadGen does
-    not end within a grace period, the test is abandoned: the caller stops the engine and the
-    process exits; LoadGen's logs up to that moment are on disk (its logger flushes as it goes).
+    """StartTest on a worker thread, so this (main) thread keeps taking Ctrl-C, notices a
+    dead engine and watches for a stalled one (`sut.check`: no token for
+    `stall_timeout_s` while samples are in flight fails the SUT, which answers them).
+    LoadGen has no way to cut a test short: a Server test lasts its scheduled duration
+    whatever the SUT does. So on Ctrl-C, or when the engine failed and LoadGen does not end
+    within a grace period, the test is abandoned: the caller stops the engine and the process
+    exits; LoadGen's logs up to that moment are on disk (its logger flushes as it goes).
     """
     done = threading.Event()
     failure: list[BaseException] = []
@@ -458,6 +468,7 @@ def run_loadgen_test(
     failed_at: float | None = None
     while not done.wait(0.2):
         if sut.error is None:
+            sut.check(stall_timeout_s)
             continue
         failed_at = failed_at or time.monotonic()
         if time.monotonic() - failed_at > ENGINE_FAILURE_GRACE_S:

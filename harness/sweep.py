@@ -50,6 +50,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.children import EXIT_TIMEOUT, run_child
 from harness.cost import usd_per_million_tokens
 from harness.errors import UsageError
 from harness.runner import run_argv
@@ -478,6 +479,7 @@ def run_command(
     mode: str,
     nltk_data: str | None = None,
     extra: Sequence[str] = (),
+    stall_timeout_s: float | None = None,
 ) -> list[str]:
     cmd = run_argv(
         plan.benchmark, plan.scenario, mode, plan.model, plan.dataset, out, plan.user_conf, *extra
@@ -486,6 +488,8 @@ def run_command(
         cmd += ["--max-tokens", str(plan.max_tokens)]
     if nltk_data:
         cmd += ["--nltk-data", nltk_data]
+    if stall_timeout_s is not None:
+        cmd += ["--stall-timeout", f"{stall_timeout_s:g}"]
     for pair in spec.engine_args:
         cmd += ["--engine-arg", pair]
     for key, value in spec.sut:
@@ -500,6 +504,7 @@ def run_repeat(
     mode: str,
     timeout_s: float | None = None,
     extra: Sequence[str] = (),
+    stall_timeout_s: float | None = None,
 ) -> RepeatOutcome:
     """One `mlperf-vllm run` in its own process (`extra`: more of its options, e.g. the
     price); its output goes to OUT/run.log."""
@@ -509,19 +514,16 @@ def run_repeat(
     env = {**os.environ, **dict(spec.env)}
     for k in ("MLPERF_VLLM_PARENT_RUN_ID",):
         env.pop(k, None)
-    cmd = run_command(plan, spec, out, mode, env.get("NLTK_DATA"), extra)
+    cmd = run_command(plan, spec, out, mode, env.get("NLTK_DATA"), extra, stall_timeout_s)
     t0 = time.monotonic()
     with open(out / RUN_LOG, "w") as log:
         log.write("$ " + shlex.join(cmd) + "\n")
         if spec.env:
             log.write("# env: " + " ".join(f"{k}={v}" for k, v in spec.env) + "\n")
         log.flush()
-        try:
-            rc = subprocess.run(
-                cmd, stdout=log, stderr=subprocess.STDOUT, env=env, timeout=timeout_s
-            ).returncode
-        except subprocess.TimeoutExpired:
-            rc = 124
+        # Its own process group: a timeout or Ctrl-C / SIGTERM ends the engine's processes too.
+        rc = run_child(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, timeout_s=timeout_s)
+        if rc == EXIT_TIMEOUT:
             log.write(f"\nTimeoutError: config ran past --config-timeout {timeout_s} s\n")
     outcome = read_repeat(out, rc, (out / RUN_LOG).read_text(errors="replace"))
     outcome.wall_s = round(time.monotonic() - t0, 1)
@@ -771,6 +773,7 @@ class SweepOptions:
     noise_floor: float = NOISE_FLOOR
     config_timeout_s: float | None = None
     price_per_hour: float | None = None  # passed to every run; rows carry $/Mtok
+    stall_timeout_s: float | None = None  # each repeat's --stall-timeout (None: run's default)
 
 
 RepeatRunner = Callable[[Plan, ConfigSpec, Path, str, "float | None"], RepeatOutcome]
@@ -1297,7 +1300,8 @@ def run_sweep(plan_path: str | Path, options: SweepOptions, tracking_cfg: Any) -
         output_dir=out,
     ) as parent:
         meta["mlflow_parent_run_id"] = parent.run_id
-        sweep = Sweep(plan, options, parent)
+        runner = functools.partial(run_repeat, stall_timeout_s=options.stall_timeout_s)
+        sweep = Sweep(plan, options, parent, runner)
         sweep.run()
         write_reports(sweep, meta)
         rows = sweep.rows
@@ -1367,7 +1371,15 @@ def add_sweep_arguments(p: Any) -> None:
     p.add_argument(
         "--config-timeout",
         type=float,
-        help="seconds one repeat may take before it is recorded as failed",
+        help="seconds one repeat may take before it is recorded as failed (its whole "
+        "process group is ended)",
+    )
+    p.add_argument(
+        "--stall-timeout",
+        type=float,
+        metavar="S",
+        help="each repeat fails when its engine produces nothing for S seconds with samples "
+        "in flight (default: the run's)",
     )
 
 
@@ -1385,6 +1397,7 @@ def cmd_sweep(args: Any) -> int:
         noise_floor=args.noise_floor,
         config_timeout_s=args.config_timeout,
         price_per_hour=args.price_per_hour,
+        stall_timeout_s=args.stall_timeout,
     )
     cfg = tracking.resolve_tracking(args, default_experiment="mlperf-vllm-sweeps")
     if opts.repeats == 1:

@@ -23,12 +23,10 @@ import os
 import platform
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.error
 import urllib.parse
@@ -39,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness import signals
 from harness.errors import UsageError
 from harness.logs import ACCURACY_LOG, DETAIL_LOG, SUMMARY_LOG, parse_detail_log
 
@@ -785,27 +784,6 @@ def _tracking_failed(run: TrackedRun, exc: BaseException, output_dir: Path | Non
     )
 
 
-@contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """A job scheduler's SIGTERM ends the run as KILLED, like Ctrl-C, instead of leaving it
-    RUNNING forever."""
-    if (
-        threading.current_thread() is not threading.main_thread()
-        or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
-    ):
-        yield
-        return
-
-    def handler(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-
 def write_environment(output_dir: Path, env: Mapping[str, Any]) -> None:
     """OUT/environment.json, so `log-run` can tag a folder with the machine that produced it."""
     if output_dir.is_dir():
@@ -864,7 +842,8 @@ def tracked_run(
     )
     error: BaseException | None = None
     try:
-        with _sigterm_as_interrupt():
+        # A job scheduler's SIGTERM ends the run as KILLED, like Ctrl-C (harness.signals).
+        with signals.interrupt_on_signals():
             if params:
                 run.log_params(params)
             yield run

@@ -264,6 +264,13 @@ def create_llm(config: EngineConfig, *, gpu: bool | None = None):
     return LLM(**config.all_kwargs())
 
 
+def shutdown_llm(llm: Any) -> None:
+    """Stop a `vllm.LLM`'s engine processes now rather than at interpreter exit."""
+    core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+    if core is not None and hasattr(core, "shutdown"):
+        core.shutdown()
+
+
 def create_async_engine(config: EngineConfig, *, gpu: bool | None = None):
     """The asynchronous engine (`AsyncLLM`), for Server / Interactive / SingleStream."""
     gpu = has_nvidia_gpu() if gpu is None else gpu

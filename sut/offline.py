@@ -5,21 +5,36 @@ the GPU idles between batches and every sample waits for the slowest one of its 
 one worker thread owns the engine: it adds every issued sample as a request, then drives the
 engine's step loop (the loop `LLM.generate` runs internally) and completes each sample with
 LoadGen the moment vLLM reports it finished. Continuous batching stays full until the end.
+
+Failures: any exception in the worker (adding a request, a step, reporting) sets `error` and
+answers every outstanding sample, empty, through the ledger (sut.lifecycle), so LoadGen ends
+and writes its logs; the runner then fails the run with that error.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import queue
 import threading
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import mlperf_loadgen as lg
 
-from sut.responses import complete_samples
+from sut.lifecycle import (
+    DEFAULT_STOP_TIMEOUT_S,
+    EngineSUT,
+    Ledger,
+    Progress,
+    SUTStats,
+    engine_dead_error,
+    exited,
+    reap,
+    tokens_prompt,
+)
 
 log = logging.getLogger(__name__)
 
@@ -36,56 +51,15 @@ def order_samples(
     return sorted(batch, key=lambda item: len(prompts[item[1]]), reverse=order == "longest-first")
 
 
-@dataclass
-class SUTStats:
-    issued: int = 0
-    completed: int = 0
-    output_tokens: int = 0
-    first_issue_s: float = 0.0
-    last_complete_s: float = 0.0
-
-    @property
-    def tokens_per_second(self) -> float:
-        span = self.last_complete_s - self.first_issue_s
-        return self.output_tokens / span if span > 0 else 0.0
+FAILED_ENGINE_GRACE_S = 2.0
 
 
-class _Progress:
-    """Completed samples and live output tokens/s on a tqdm bar, refreshed at most 2x a second."""
-
-    def __init__(self, enabled: bool, desc: str):
-        self._bar = None
-        if enabled:
-            from tqdm import tqdm
-
-            self._bar = tqdm(total=0, unit="sample", desc=desc, mininterval=0.5, smoothing=0.1)
-        self._last = 0.0
-
-    def add_total(self, n: int) -> None:
-        if self._bar is not None:
-            self._bar.total += n
-            self._bar.refresh()
-
-    def update(self, n: int, stats: SUTStats) -> None:
-        if self._bar is None or n == 0:
-            return
-        self._bar.update(n)
-        now = time.monotonic()
-        if now - self._last >= 0.5:
-            self._last = now
-            self._bar.set_postfix_str(f"{stats.tokens_per_second:,.0f} tok/s", refresh=False)
-
-    def close(self) -> None:
-        if self._bar is not None:
-            self._bar.close()
-
-
-class OfflineSUT:
+class OfflineSUT(EngineSUT):
     """LoadGen SUT over a `vllm.LLM` (its `llm_engine` request loop).
 
-    `prompts[i]` are the token ids of LoadGen sample index i. `issue_queries` returns at once;
-    `stop()` ends the worker thread. If the engine fails, every outstanding sample is completed
-    with an empty payload so LoadGen can finish and write its logs, and `error` holds the cause.
+    `prompts[i]` are the token ids of LoadGen sample index i. `issue_queries` returns at once.
+    Built with `OfflineSUT.create(engine_config, ...)` the SUT owns its engine: `stop()` shuts
+    it down and reaps its processes. Built over a given `llm`, `stop()` leaves the engine up.
     """
 
     def __init__(
@@ -97,52 +71,80 @@ class OfflineSUT:
         progress: bool = True,
         name: str = "Offline",
         order: str = "arrival",
+        engine_procs: Sequence[Any] | None = None,
     ):
-        from vllm.inputs import TokensPrompt
-
+        super().__init__(name, Ledger(streaming=False, on_error=self.fail))
+        self._llm = llm
         self._order = order  # one of ORDERS
         self._engine = llm.llm_engine
-        # The engine's resolved configuration (see sut.engine.resolved_settings).
-        self.vllm_config: Any = getattr(self._engine, "vllm_config", None)
-        self._prompt_type = TokensPrompt
+        self._owns_engine = engine_procs is not None
+        self._engine_procs = list(engine_procs or ())
+        # Our direct children among them: the engine core(s). Their workers, and any helper
+        # processes those start and end, are theirs to watch.
+        self._engine_cores = [p for p in self._engine_procs if _parent(p) == os.getpid()]
+        self.vllm_config = getattr(self._engine, "vllm_config", None)
+        self._prompt_type = tokens_prompt
         self._prompts = prompts
         self._params = sampling_params
         self._inbox: queue.Queue[list[tuple[int, int]] | None] = queue.Queue()
-        self._progress = _Progress(progress, name)
+        self._progress = Progress(progress, name)
         self.stats = SUTStats()
-        self.error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="offline-sut", daemon=True)
         self._thread.start()
         self.handle = lg.ConstructSUT(self.issue_queries, self.flush_queries)
 
+    @classmethod
+    def create(
+        cls,
+        engine_config: Any,
+        prompts: Sequence[Sequence[int]],
+        sampling: Mapping[str, Any],
+        *,
+        progress: bool = True,
+        name: str = "Offline",
+        start_timeout_s: float | None = None,
+        order: str = "arrival",
+    ) -> OfflineSUT:
+        """The runner's entry: an `EngineConfig` and `make_sampling_params` keyword arguments."""
+        from sut.engine import create_llm, make_sampling_params
+        from sut.lifecycle import start_engine
+
+        llm, procs = start_engine(lambda: create_llm(engine_config), start_timeout_s, name)
+        return cls(
+            llm,
+            prompts,
+            make_sampling_params(**dict(sampling)),
+            progress=progress,
+            name=name,
+            engine_procs=procs,
+            order=order,
+        )
+
     # LoadGen callbacks --------------------------------------------------------------------
     def issue_queries(self, query_samples) -> None:
         # Copy out (id, index) now: LoadGen owns the QuerySample objects.
-        self._inbox.put([(q.id, q.index) for q in query_samples])
+        batch = [(q.id, q.index) for q in query_samples]
+        self._note_issued([rid for rid, _ in batch])
+        if self.error is not None or self._stopped:
+            self._fail_outstanding()
+            return
+        self._inbox.put(batch)
 
     def flush_queries(self) -> None:
         pass
 
     # Engine loop ---------------------------------------------------------------------------
     def _add(self, batch: list[tuple[int, int]], pending: dict[str, int]) -> None:
-        if not self.stats.issued:
-            self.stats.first_issue_s = time.monotonic()
-        self.stats.issued += len(batch)
         self._progress.add_total(len(batch))
-        if self.error is not None:
-            self._fail([rid for rid, _ in batch])
-            return
         add_request = self._engine.add_request
         for rid, index in order_samples(batch, self._prompts, self._order):
+            if not self.ledger.is_open(rid):
+                continue  # already answered (the run failed meanwhile)
             key = str(rid)
             add_request(
                 key, self._prompt_type(prompt_token_ids=list(self._prompts[index])), self._params
             )
             pending[key] = rid
-
-    def _fail(self, response_ids: list[int]) -> None:
-        complete_samples([(rid, ()) for rid in response_ids])
-        self.stats.completed += len(response_ids)
 
     def _run(self) -> None:
         pending: dict[str, int] = {}
@@ -156,23 +158,23 @@ class OfflineSUT:
             try:
                 if batch:
                     self._add(batch, pending)
+                    self.ledger.progress()  # the engine has its requests only now
                     continue  # drain the inbox before stepping: one big batch, not slices
+                if self.error is not None:
+                    pending.clear()  # answered by fail(); the engine is stopped with the SUT
+                    continue
                 outputs = self._engine.step()
-            except Exception as exc:  # engine died: let LoadGen finish, keep the cause
-                log.error("vLLM engine failed: %s", exc)
-                self.error = exc
-                self._fail(list(pending.values()))
+                self.ledger.progress()
+                done = [
+                    (pending.pop(out.request_id), out.outputs[0].token_ids)
+                    for out in outputs
+                    if out.finished
+                ]
+                if done:
+                    self._complete(done)
+            except Exception as exc:  # engine died, a request or a report failed
+                self.fail(exc)
                 pending.clear()
-                continue
-            done = []
-            for out in outputs:
-                if out.finished:
-                    done.append((pending.pop(out.request_id), out.outputs[0].token_ids))
-            if done:
-                self.stats.output_tokens += complete_samples(done)
-                self.stats.completed += len(done)
-                self.stats.last_complete_s = time.monotonic()
-                self._progress.update(len(done), self.stats)
         self._progress.close()
 
     def warm_up(self, indices: Sequence[int]) -> int:
@@ -188,10 +190,84 @@ class OfflineSUT:
             finished += sum(out.finished for out in self._engine.step())
         return finished
 
-    def stop(self) -> None:
+    def _complete(self, done: list[tuple[int, Sequence[int]]]) -> None:
+        n, tokens = self.ledger.complete(done)
+        stats = self.stats
+        stats.completed += n
+        stats.output_tokens += tokens
+        stats.last_complete_s = time.monotonic()
+        self._progress.update(n, stats)
+
+    def engine_failure(self) -> BaseException | None:
+        """vLLM's synchronous client never wakes a `step()` blocked on a dead engine core (it
+        only flags it dead), so the death is read from the engine's processes here."""
+        gone = exited(self._engine_cores)
+        if not gone:
+            return None
+        names = ", ".join(sorted({_name(p) for p in gone}))
+        return engine_dead_error(f"its process {names} exited")
+
+    def _wake_worker(self) -> None:
+        """Unblock a worker waiting in `step()` on an engine that will never answer."""
+        core = getattr(self._engine, "engine_core", None)
+        outputs = getattr(core, "outputs_queue", None)
+        if outputs is not None:
+            with contextlib.suppress(Exception):
+                outputs.put_nowait(self.error or engine_dead_error("the SUT stopped"))
+
+    # Lifecycle -----------------------------------------------------------------------------
+    def stop(self, timeout_s: float = DEFAULT_STOP_TIMEOUT_S) -> None:
+        """Answer what is outstanding, end the worker, shut the engine down if it is ours."""
+        if self._stopped:
+            return
+        self._stopped = True
+        t0 = time.monotonic()
+        self._inbox.put(None)
+        failed = self.error is not None
+        if failed and self._owns_engine:
+            # The worker may be blocked inside a step of a dead or stopped engine: stop the
+            # engine first, which ends that step. A failed engine gets little time to say
+            # goodbye before its processes are killed.
+            self._shutdown_engine(min(timeout_s, FAILED_ENGINE_GRACE_S))
+            self._wake_worker()
+        self._thread.join(timeout_s if not failed else FAILED_ENGINE_GRACE_S)
         if self._thread.is_alive():
-            self._inbox.put(None)
-            self._thread.join()
-        if self.handle is not None:
-            lg.DestroySUT(self.handle)
-            self.handle = None
+            log.error("the offline SUT worker did not end within its timeout")
+        self._fail_outstanding()
+        if self._owns_engine and not failed:
+            self._shutdown_engine(timeout_s)
+        self._progress.close()
+        self._destroy_handle()
+        log.info("offline SUT stopped in %.1f s", time.monotonic() - t0)
+
+    def _shutdown_engine(self, timeout_s: float) -> None:
+        from sut.engine import shutdown_llm
+
+        done = threading.Event()
+
+        def target() -> None:
+            try:
+                shutdown_llm(self._llm)
+            except Exception as exc:
+                log.error("engine shutdown failed: %s", exc)
+            finally:
+                done.set()
+
+        threading.Thread(target=target, name="engine-shutdown", daemon=True).start()
+        if not done.wait(timeout_s):
+            log.error("engine shutdown did not finish within %.0f s", timeout_s)
+        reap(self._engine_procs)
+
+
+def _name(proc: Any) -> str:
+    try:
+        return f"{proc.name()} (pid {proc.pid})"
+    except Exception:
+        return f"pid {proc.pid}"
+
+
+def _parent(proc: Any) -> int | None:
+    try:
+        return int(proc.ppid())
+    except Exception:
+        return None

@@ -44,3 +44,14 @@ def complete_first_tokens(first: Sequence[tuple[int, Sequence[int]]]) -> None:
         for (rid, _), buf in zip(first, buffers, strict=True)
     ]
     lg.FirstTokenComplete(responses)
+
+
+def answer_empty(response_ids: Sequence[int], *, first_token: bool = False) -> None:
+    """Empty answers, built without numpy or payload code: the fallback when a report failed."""
+    if not response_ids:
+        return
+    responses = [lg.QuerySampleResponse(rid, 0, 0, 0) for rid in response_ids]
+    if first_token:
+        lg.FirstTokenComplete(responses)
+    else:
+        lg.QuerySamplesComplete(responses)

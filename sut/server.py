@@ -30,13 +30,17 @@ per request instead of one per token waking the loop, and no first-token reports
 no TTFT).
 
 Failures and shutdown
-- An engine error (the engine process died, a request failed) is kept in `error`; the sample is
-  still completed with what it produced, and every later sample is completed at once with an
-  empty payload, so LoadGen never waits on a dead engine. A watchdog also polls
-  `AsyncLLM.errored` so a death with no output pending is noticed within a second.
-- `shutdown()` cancels outstanding streams (vLLM aborts their requests), shuts the engine down
-  (its worker processes exit), stops the loop thread and joins it, then destroys the LoadGen SUT.
-  After shutdown `issue_queries` still answers, at once, with empty payloads.
+- Every sample is answered through the ledger (sut.lifecycle): exactly once, first token
+  before completion, whatever fails. Any exception (the engine died, a request failed, a
+  report to LoadGen failed) sets `error`, cancels the streams and answers every outstanding
+  sample, empty where it produced nothing; later samples are answered empty at once, so
+  LoadGen never waits on a dead engine. A watchdog polls `AsyncLLM.errored` so a death with
+  no output pending is noticed within a second; the runner's stall watchdog catches an
+  engine that neither dies nor produces (`check_stall`).
+- `stop()` cancels outstanding streams (vLLM aborts their requests), shuts the engine down
+  (its worker processes exit), stops the loop thread and joins it, reaps any engine process
+  left, then destroys the LoadGen SUT. After stop `issue_queries` still answers, at once,
+  with empty payloads.
 """
 
 from __future__ import annotations
@@ -54,13 +58,23 @@ from typing import Any
 import mlperf_loadgen as lg
 
 from sut.engine import describe_error
-from sut.offline import SUTStats, _Progress
-from sut.responses import complete_first_tokens, complete_samples
+from sut.lifecycle import (
+    DEFAULT_STOP_TIMEOUT_S,
+    EngineStartTimeout,
+    EngineSUT,
+    Ledger,
+    Progress,
+    SUTStats,
+    descendants,
+    new_processes,
+    reap,
+    tokens_prompt,
+)
 
 log = logging.getLogger(__name__)
 
 WATCHDOG_PERIOD_S = 0.5
-ENGINE_SHUTDOWN_TIMEOUT_S = 60.0
+FAILED_ENGINE_GRACE_S = 2.0
 
 # The async engine logs throughput every few seconds by default; LoadGen measures that itself.
 SERVER_ENGINE_DEFAULTS: Mapping[str, Any] = {"disable_log_stats": True}
@@ -80,12 +94,11 @@ class ServerStats(SUTStats):
     first_token_before_complete: int = 0
     first_token_order_violations: int = 0
     single_token_outputs: int = 0
-    failed_samples: int = 0  # completed without a (full) generation: engine error or shutdown
     loadgen_first_token_calls: int = 0
     loadgen_complete_calls: int = 0
 
 
-class ServerSUT:
+class ServerSUT(EngineSUT):
     """LoadGen SUT over `vllm.v1.engine.async_llm.AsyncLLM` for the latency-bound scenarios.
 
     Build it with `ServerSUT.create(engine_config, prompts, sampling)`; `prompts[i]` are the
@@ -93,6 +106,8 @@ class ServerSUT:
     the engine at once (None: all of them); `max_in_flight=1` is the reference SUT's pattern,
     kept for side-by-side measurements (bench/server_capacity.py).
     """
+
+    stats: ServerStats
 
     def __init__(
         self,
@@ -104,19 +119,15 @@ class ServerSUT:
         name: str = "Server",
         max_in_flight: int | None = None,
         final_only: bool = False,
+        start_timeout_s: float | None = None,
     ):
-        from vllm.inputs import TokensPrompt
-
+        super().__init__(name, Ledger(streaming=True, on_error=self.fail))
+        self._prompt_type = tokens_prompt
         self._report_first = not final_only  # `sampling_params` must then be FINAL_ONLY
-        self._prompt_type = TokensPrompt
         self._prompts = prompts
         self._params = sampling_params
-        self._name = name
         self.stats = ServerStats()
-        self.error: BaseException | None = None
-        self.handle: Any = None
         self._engine: Any = None
-        self.vllm_config: Any = None  # the engine's resolved configuration, once started
         self._engine_procs: list[Any] = []
         self._closed = False
         self._tasks: set[asyncio.Task] = set()
@@ -126,7 +137,7 @@ class ServerSUT:
         self._flush_scheduled = False
         self._next_request = 0
         self._warned_single = False
-        self._progress = _Progress(progress, name)
+        self._progress = Progress(progress, name)
         self._loop = asyncio.new_event_loop()
         self._limit: asyncio.Semaphore | None = None
         self.limit_in_flight(max_in_flight)
@@ -134,15 +145,22 @@ class ServerSUT:
         self._thread.start()
         # The engine is built on the loop thread, inside the running loop, so its output
         # handler task and its asyncio sockets belong to the loop that drives them.
+        before = {p.pid for p in descendants()}
         build = asyncio.run_coroutine_threadsafe(self._build(engine_factory), self._loop)
         try:
-            build.result()
-        except BaseException:
+            build.result(start_timeout_s)
+        except BaseException as exc:
             if build.done():
-                self.shutdown()
-            else:  # Ctrl-C while the engine loads: do not wait for the load to finish
+                self.stop()
+            else:  # Ctrl-C or a timeout while the engine loads: do not wait for the load
                 self._closed = True
                 build.cancel()
+                reap(new_processes(before))
+            if isinstance(exc, concurrent.futures.TimeoutError):
+                raise EngineStartTimeout(
+                    f"the {name} engine did not start within {start_timeout_s:g} s: raise "
+                    "--engine-start-timeout if a cold start legitimately takes longer"
+                ) from None
             raise
         self._loop.call_soon_threadsafe(self._start_watchdog)
         self.handle = lg.ConstructSUT(self.issue_queries, self.flush_queries)
@@ -158,6 +176,7 @@ class ServerSUT:
         name: str = "Server",
         max_in_flight: int | None = None,
         final_only: bool = False,
+        start_timeout_s: float | None = None,
     ) -> ServerSUT:
         """The runner's entry: an `EngineConfig` and `make_sampling_params` keyword arguments.
         `final_only`: Offline (data parallel): final outputs only, no first-token reports."""
@@ -175,6 +194,7 @@ class ServerSUT:
             name=name,
             max_in_flight=max_in_flight,
             final_only=final_only,
+            start_timeout_s=start_timeout_s,
         )
 
     def limit_in_flight(self, max_in_flight: int | None) -> None:
@@ -200,7 +220,7 @@ class ServerSUT:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
 
     async def _build(self, engine_factory: Callable[[], Any]) -> None:
-        before = {p.pid for p in _descendants()}
+        before = {p.pid for p in descendants()}
         try:
             self._engine = engine_factory()
             self.vllm_config = getattr(self._engine, "vllm_config", None)
@@ -208,11 +228,7 @@ class ServerSUT:
             # The engine's processes (engine core, its workers), remembered so shutdown can
             # reap the ones vLLM leaves behind: when the engine core is killed outright, its
             # worker is orphaned and keeps running.
-            self._engine_procs = [
-                p
-                for p in _descendants()
-                if p.pid not in before and "resource_tracker" not in " ".join(_cmdline(p))
-            ]
+            self._engine_procs = new_processes(before)
 
     def _start_watchdog(self) -> None:
         self._tasks.add(self._loop.create_task(self._watch_engine()))
@@ -222,40 +238,40 @@ class ServerSUT:
             await asyncio.sleep(WATCHDOG_PERIOD_S)
             engine = self._engine
             if self.error is None and engine is not None and getattr(engine, "errored", False):
-                self._set_error(_engine_dead_error(engine))
-                for task in list(self._tasks):
-                    if task is not asyncio.current_task():
-                        task.cancel()
+                self.fail(_engine_dead_error(engine))
 
     # LoadGen callbacks -----------------------------------------------------------------------
     def issue_queries(self, query_samples) -> None:
         # Copy (id, index) out now: LoadGen owns the QuerySample objects. Never block here.
         items = [(q.id, q.index) for q in query_samples]
+        self._note_issued([rid for rid, _ in items])
+        if self.error is not None or self._closed:
+            self._fail_outstanding()
+            return
         try:
             self._loop.call_soon_threadsafe(self._start, items)
         except RuntimeError:  # loop closed: the SUT was shut down while LoadGen still runs
-            _answer_empty([rid for rid, _ in items])
+            self._fail_outstanding()
 
     def flush_queries(self) -> None:
         pass
 
     # Per-sample work (loop thread) ---------------------------------------------------------
     def _start(self, items: list[tuple[int, int]]) -> None:
-        stats = self.stats
-        if not stats.issued:
-            stats.first_issue_s = time.monotonic()
-        stats.issued += len(items)
-        stats.in_flight += len(items)
-        if stats.in_flight > stats.peak_in_flight:
-            stats.peak_in_flight = stats.in_flight
-        self._progress.add_total(len(items))
-        for rid, index in items:
-            if self.error is not None or self._closed:
-                self._finish(rid, (), failed=True)
-                continue
-            task = self._loop.create_task(self._serve(rid, index))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+        try:
+            stats = self.stats
+            stats.in_flight = self.ledger.in_flight
+            if stats.in_flight > stats.peak_in_flight:
+                stats.peak_in_flight = stats.in_flight
+            self._progress.add_total(len(items))
+            for rid, index in items:
+                if self.error is not None or self._closed or not self.ledger.is_open(rid):
+                    continue  # answered already (fail() answers every outstanding sample)
+                task = self._loop.create_task(self._serve(rid, index))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+        except Exception as exc:
+            self.fail(exc)
 
     async def _serve(self, rid: int, index: int) -> None:
         tokens: list[int] = []
@@ -274,6 +290,7 @@ class ServerSUT:
                 prompt = self._prompt_type(prompt_token_ids=list(self._prompts[index]))
                 async for out in self._engine.generate(prompt, self._params, request_id):
                     stats.engine_outputs += 1
+                    self.ledger.progress()
                     new = out.outputs[0].token_ids if out.outputs else ()
                     if new:
                         if not tokens and self._report_first:
@@ -289,19 +306,32 @@ class ServerSUT:
         except asyncio.CancelledError:
             pass  # shutdown or engine death: complete with what was produced
         except Exception as exc:
-            self._set_error(exc)
+            self._finish(rid, tokens, failed=True)
+            self.fail(exc)
+            return
         self._finish(rid, tokens, failed=failed)
 
-    def _set_error(self, exc: BaseException) -> None:
-        if self.error is None:
-            self.error = exc
-            log.error("vLLM engine failed: %s", describe_error(exc))
+    def fail(self, exc: BaseException) -> None:
+        """Record `exc`, answer every outstanding sample, cancel the streams (from any thread)."""
+        first = self._set_error(exc)
+        self._fail_outstanding()
+        if first and not self._loop.is_closed():
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(self._cancel_streams)
+
+    def _cancel_streams(self) -> None:
+        current = asyncio.current_task(self._loop)
+        for task in list(self._tasks):
+            if task is not current:
+                task.cancel()
 
     def _queue_first(self, rid: int, tokens: Sequence[int]) -> None:
         self._first.append((rid, tokens))
         self._schedule_flush()
 
     def _finish(self, rid: int, tokens: Sequence[int], *, failed: bool) -> None:
+        if not self.ledger.is_open(rid):
+            return  # answered already, by fail()
         if failed:
             self.stats.failed_samples += 1
         if (
@@ -334,24 +364,28 @@ class ServerSUT:
         first, self._first = self._first, []
         done, self._done = self._done, []
         stats = self.stats
-        if first:
-            complete_first_tokens(first)
-            stats.loadgen_first_token_calls += 1
-            stats.first_tokens_reported += len(first)
-            self._first_reported.update(rid for rid, _ in first)
-        if done:
-            for rid, _ in done if self._report_first else ():
-                if rid in self._first_reported:
-                    self._first_reported.discard(rid)
-                    stats.first_token_before_complete += 1
-                else:
-                    stats.first_token_order_violations += 1
-            stats.output_tokens += complete_samples(done)
-            stats.loadgen_complete_calls += 1
-            stats.completed += len(done)
-            stats.in_flight -= len(done)
-            stats.last_complete_s = time.monotonic()
-            self._progress.update(len(done), stats)  # type: ignore[arg-type]
+        try:
+            if first:
+                self.ledger.first_tokens(first)
+                stats.loadgen_first_token_calls += 1
+                stats.first_tokens_reported += len(first)
+                self._first_reported.update(rid for rid, _ in first)
+            if done:
+                for rid, _ in done if self._report_first else ():
+                    if rid in self._first_reported:
+                        self._first_reported.discard(rid)
+                        stats.first_token_before_complete += 1
+                    else:
+                        stats.first_token_order_violations += 1
+                n, tokens = self.ledger.complete(done)
+                stats.output_tokens += tokens
+                stats.loadgen_complete_calls += 1
+                stats.completed += n
+                stats.in_flight = self.ledger.in_flight
+                stats.last_complete_s = time.monotonic()
+                self._progress.update(n, stats)
+        except Exception as exc:  # whatever was taken off the lists is answered by fail()
+            self.fail(exc)
 
     # Lifecycle -------------------------------------------------------------------------------
     async def _close(self) -> None:
@@ -368,74 +402,32 @@ class ServerSUT:
             engine.shutdown()
         await asyncio.sleep(0)  # let the engine's cancelled output handler unwind
 
-    def shutdown(self) -> None:
+    def stop(self, timeout_s: float = DEFAULT_STOP_TIMEOUT_S) -> None:
         """Stop everything this SUT started. Safe to call twice and after a failed start."""
         t0 = time.monotonic()
+        if self.error is not None:  # a failed engine gets little time before it is killed
+            timeout_s = min(timeout_s, FAILED_ENGINE_GRACE_S)
         if self._thread.is_alive() and not self._loop.is_closed():
             if self._engine is not None or self._tasks:
                 try:
-                    self._call(self._close(), timeout=ENGINE_SHUTDOWN_TIMEOUT_S)
-                except (concurrent.futures.TimeoutError, RuntimeError) as exc:
+                    self._call(self._close(), timeout=timeout_s)
+                except concurrent.futures.TimeoutError:
+                    log.error("engine shutdown did not finish within %.0f s", timeout_s)
+                except RuntimeError as exc:
                     log.error("engine shutdown did not finish cleanly: %s", describe_error(exc))
             self._closed = True
             with contextlib.suppress(RuntimeError):
                 self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(timeout=ENGINE_SHUTDOWN_TIMEOUT_S)
+            self._thread.join(timeout=timeout_s)
         self._closed = True
-        _reap(self._engine_procs)
+        self._stopped = True
+        self._fail_outstanding()
+        reap(self._engine_procs)
         log.info("server SUT stopped in %.1f s", time.monotonic() - t0)
-        if self.handle is not None:
-            lg.DestroySUT(self.handle)
-            self.handle = None
+        self._destroy_handle()
         self._progress.close()
 
-
-def _descendants() -> list[Any]:
-    import psutil  # a vLLM dependency
-
-    try:
-        return psutil.Process().children(recursive=True)
-    except psutil.Error:  # pragma: no cover
-        return []
-
-
-def _cmdline(proc: Any) -> list[str]:
-    try:
-        return proc.cmdline()
-    except Exception:
-        return []
-
-
-def _reap(procs: list[Any], grace_s: float = 3.0) -> None:
-    """Terminate, then kill, whichever of the engine's processes are still alive."""
-    import psutil
-
-    alive = []
-    for p in procs:
-        try:
-            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
-                alive.append(p)
-        except psutil.Error:
-            pass
-    if not alive:
-        return
-    log.warning(
-        "stopping %d engine process(es) vLLM left running: %s", len(alive), [p.pid for p in alive]
-    )
-    for p in alive:
-        with contextlib.suppress(psutil.Error):
-            p.terminate()
-    _, still = psutil.wait_procs(alive, timeout=grace_s)
-    for p in still:
-        with contextlib.suppress(psutil.Error):
-            p.kill()
-    psutil.wait_procs(still, timeout=grace_s)
-
-
-def _answer_empty(response_ids: list[int]) -> None:
-    pairs = [(rid, ()) for rid in response_ids]
-    complete_first_tokens(pairs)
-    complete_samples(pairs)
+    shutdown = stop  # the name bench/server_capacity.py uses
 
 
 def _engine_dead_error(engine: Any) -> BaseException:

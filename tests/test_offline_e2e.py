@@ -61,8 +61,7 @@ def test_each_answer_belongs_to_its_own_sample(offline_run, tiny_model, tiny_dat
     from vllm.inputs import TokensPrompt
 
     from harness.benchmarks import get_benchmark
-    from harness.runner import shutdown_llm
-    from sut.engine import create_llm, make_engine_config, make_sampling_params
+    from sut.engine import create_llm, make_engine_config, make_sampling_params, shutdown_llm
 
     out, _ = offline_run
     rows = json.loads(Path(tiny_dataset).read_text())
