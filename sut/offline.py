@@ -119,11 +119,15 @@ class OfflineSUT:
             self._fail([rid for rid, _ in batch])
             return
         add_request = self._engine.add_request
-        for rid, index in batch:
+        prompts = [self._prompt_type(prompt_token_ids=list(self._prompts[i])) for _, i in batch]
+        # vLLM >= 0.32 wants rendered engine inputs (raw prompts are deprecated there); older
+        # engines (0.26) have no renderer and take the token prompt itself.
+        renderer: Any = getattr(self._engine, "renderer", None)
+        if hasattr(renderer, "render_cmpl"):
+            prompts = renderer.render_cmpl(prompts)
+        for (rid, _), prompt in zip(batch, prompts, strict=True):
             key = str(rid)
-            add_request(
-                key, self._prompt_type(prompt_token_ids=list(self._prompts[index])), self._params
-            )
+            add_request(key, prompt, self._params)
             pending[key] = rid
 
     def _fail(self, response_ids: list[int]) -> None:
