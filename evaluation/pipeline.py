@@ -133,6 +133,9 @@ def evaluate(
         prediction_chars = longbench.prediction_chars
     metrics.update(length_metrics(prediction_chars, decoded.generated_tokens))
 
+    # On a subset (a demo, a quick check) a total such as gen_len is judged against the
+    # window scaled to the samples scored; the whole dataset is judged as the checker does.
+    targets = targets.for_samples(len(decoded.predictions))
     verdict = judge(targets, metrics)
     log_sha256 = sha256_of_file(log_path)
     paths = write_reports(
