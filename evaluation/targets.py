@@ -63,7 +63,7 @@ class MetricTarget:
             return (
                 f"{self.lower_bound:.4f} .. {self.upper_bound or 0:.4f} "
                 f"({low_pct}-{_percent(self.upper_fraction or 0)}% of {self.reference:.1f}: "
-                f"{self.scaled_from:g} scaled to this subset of {self.total_over})"
+                f"{self.scaled_from:,.0f} scaled from {self.total_over:,} samples)"
             )
         if self.upper_fraction is None:
             return f">= {self.lower_bound:.4f} ({low_pct}% of {self.reference:g})"
