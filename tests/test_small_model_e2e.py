@@ -24,7 +24,8 @@ MAX_TOKENS = 128  # llama3_1-8b's cap
 # float32: the payload check compares with a direct generation token by token; eager mode skips
 # a torch.compile of 30 layers that costs minutes on two cores.
 ENGINE = ("--engine-arg", "dtype=float32", "--engine-arg", "enforce_eager=true")
-# Measured on the 8 samples below: ROUGE-1 55.7 (random-weight tiny model: ~0.3).
+# Measured on the 8 samples below: ROUGE-1 49.52 (16 demo samples: 50.03; random-weight tiny
+# model: ~0.3). The floor leaves room for float differences across machines.
 ROUGE1_FLOOR = 35.0
 
 
