@@ -5,8 +5,6 @@ VENV := .venv
 PY := $(VENV)/bin/python
 ENGINE_EXTRA := $(shell if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then echo cuda; else echo cpu; fi)
 STAMP := $(VENV)/.installed-$(ENGINE_EXTRA)
-NLTK_DATA ?= $(abspath ../shared/nltk_data)
-export NLTK_DATA
 PYTEST := $(PY) -m pytest
 
 .PHONY: demo test test-fast test-e2e lint bench clean install

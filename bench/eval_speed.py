@@ -11,7 +11,7 @@ sentence splitter have realistic work), then times
 
 checks that the four means agree to 4 decimals, and prints seconds and the ratio.
 
-    NLTK_DATA=../shared/nltk_data python bench/eval_speed.py [--samples 13368] [--workers N]
+    python bench/eval_speed.py [--samples 13368] [--workers N]
 """
 
 from __future__ import annotations
@@ -20,13 +20,18 @@ import argparse
 import os
 import random
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from evaluation.scoring import mean_percent_rounded, score_summaries  # noqa: E402
-from evaluation.sentences import SentenceSplitter, find_punkt_directory  # noqa: E402
+from evaluation.sentences import (  # noqa: E402
+    find_punkt,
+    packaged_punkt_parameters,
+    write_punkt_tab,
+)
 
 STEMS = (
     "report",
@@ -173,14 +178,19 @@ def main() -> None:
     parser.add_argument("--skip-serial", action="store_true", help="time ours only")
     args = parser.parse_args()
 
-    nltk_root = find_punkt_directory(None)
-    SentenceSplitter.from_nltk_data(nltk_root)  # fail fast on missing punkt data
+    punkt = find_punkt(None)
+    punkt.load()  # fail fast on unreadable punkt data
+    # nltk.sent_tokenize (the serial reference) reads an NLTK data folder: NLTK_DATA's, or
+    # the packaged model written out in NLTK's format.
+    nltk_root = punkt.nltk_data_root or str(
+        write_punkt_tab(packaged_punkt_parameters(), tempfile.mkdtemp(prefix="nltk-"))
+    )
     predictions, targets = make_pairs(args.samples, args.seed)
     words = sum(len(t.split()) for t in targets) / len(targets)
     print(f"{args.samples} pairs, {words:.1f} words per target, {args.workers} workers")
 
     start = time.perf_counter()
-    scores = score_summaries(predictions, targets, nltk_data_root=nltk_root, workers=args.workers)
+    scores = score_summaries(predictions, targets, punkt=punkt, workers=args.workers)
     ours_s = time.perf_counter() - start
     ours = {
         "rouge1": mean_percent_rounded(scores.rouge1),

@@ -1,4 +1,7 @@
-"""Arguments of ``mlperf-vllm evaluate``; the harness loads the dataset and calls evaluate()."""
+"""Arguments of ``mlperf-vllm evaluate``; the harness loads the dataset and calls evaluate().
+
+Building the parser imports no scoring code (NLTK, ROUGE): every `mlperf-vllm` command builds it.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +10,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from evaluation.accuracy_log import TOKEN_DTYPES
-from evaluation.pipeline import EvaluationResult, evaluate
 from evaluation.targets import ACCURACY_LEVELS, known_benchmarks
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from evaluation.pipeline import EvaluationResult
 
 
 def add_evaluate_arguments(parser: argparse.ArgumentParser) -> None:
@@ -61,7 +65,8 @@ def add_evaluate_arguments(parser: argparse.ArgumentParser) -> None:
         "--nltk-data",
         type=Path,
         default=None,
-        help="NLTK data folder holding tokenizers/punkt_tab (default: $NLTK_DATA, then NLTK's)",
+        help="NLTK data folder holding tokenizers/punkt_tab (default: one on $NLTK_DATA, "
+        "else the packaged model)",
     )
     parser.add_argument(
         "--workers",
@@ -73,6 +78,8 @@ def add_evaluate_arguments(parser: argparse.ArgumentParser) -> None:
 
 def evaluate_from_args(args: argparse.Namespace, dataset: pd.DataFrame) -> EvaluationResult:
     """Run evaluate() with parsed ``add_evaluate_arguments`` options and a loaded dataset."""
+    from evaluation.pipeline import evaluate
+
     return evaluate(
         args.benchmark,
         args.accuracy_log,

@@ -17,7 +17,7 @@ from evaluation.scoring import (
     score_longbench,
     score_summaries,
 )
-from evaluation.sentences import find_punkt_directory
+from evaluation.sentences import find_punkt
 from evaluation.targets import AccuracyTargets, Verdict, benchmark_family, judge, targets_for
 
 if TYPE_CHECKING:
@@ -97,7 +97,7 @@ def evaluate(
     log_path = Path(accuracy_log)
     labels = _dataset_column(dataset, spec.target_column, benchmark, spec)
     kinds = _dataset_column(dataset, "metric", benchmark, spec) if spec.kind == "longbench" else []
-    nltk_root = find_punkt_directory(nltk_data)
+    punkt = find_punkt(nltk_data)
     text_tokenizer = load_tokenizer(tokenizer)
 
     decoded = decode_accuracy_log(log_path, text_tokenizer, dtype=dtype, dataset_size=len(labels))
@@ -111,7 +111,7 @@ def evaluate(
     metrics: dict[str, float | int]
     if spec.kind == "summary":
         scores = score_summaries(
-            decoded.predictions, sample_targets, nltk_data_root=nltk_root, workers=n_workers
+            decoded.predictions, sample_targets, punkt=punkt, workers=n_workers
         )
         metrics = {
             "rouge1": mean_percent_rounded(scores.rouge1),
@@ -126,13 +126,16 @@ def evaluate(
             decoded.predictions,
             sample_targets,
             sample_kinds,
-            nltk_data_root=nltk_root,
+            punkt=punkt,
             workers=n_workers,
         )
         metrics = dict(pool_row_scores(longbench.rows))
         prediction_chars = longbench.prediction_chars
     metrics.update(length_metrics(prediction_chars, decoded.generated_tokens))
 
+    # On a subset (a demo, a quick check) a total such as gen_len is judged against the
+    # window scaled to the samples scored; the whole dataset is judged as the checker does.
+    targets = targets.for_samples(len(decoded.predictions))
     verdict = judge(targets, metrics)
     log_sha256 = sha256_of_file(log_path)
     paths = write_reports(

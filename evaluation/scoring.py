@@ -19,7 +19,7 @@ import numpy as np
 
 from evaluation.longbench import RowScore, score_row
 from evaluation.rouge import RougeScorer
-from evaluation.sentences import SentenceSplitter
+from evaluation.sentences import PunktSource, SentenceSplitter
 
 # Below this many samples the worker start-up (an interpreter and NLTK per process) costs
 # more than it saves, so automatic sizing scores in-process.
@@ -34,7 +34,7 @@ ResultT = TypeVar("ResultT")
 class SummaryChunk:
     """Raw predictions and targets of CNN/DailyMail or OpenOrca samples."""
 
-    nltk_data_root: str
+    punkt: PunktSource
     predictions: tuple[str, ...]
     targets: tuple[str, ...]
 
@@ -54,7 +54,7 @@ class SummaryScores:
 class LongBenchChunk:
     """Raw predictions, targets and per-row metric kinds of 405B samples."""
 
-    nltk_data_root: str
+    punkt: PunktSource
     predictions: tuple[str, ...]
     targets: tuple[str, ...]
     kinds: tuple[str, ...]
@@ -67,7 +67,7 @@ class LongBenchScores:
 
 
 def score_summary_chunk(chunk: SummaryChunk) -> SummaryScores:
-    splitter = SentenceSplitter.from_nltk_data(chunk.nltk_data_root)
+    splitter = SentenceSplitter.from_source(chunk.punkt)
     scorer = RougeScorer()
     rouge1, rouge2, rouge_l, rouge_lsum, lengths = [], [], [], [], []
     for prediction, target in zip(chunk.predictions, chunk.targets, strict=True):
@@ -84,7 +84,7 @@ def score_summary_chunk(chunk: SummaryChunk) -> SummaryScores:
 
 
 def score_longbench_chunk(chunk: LongBenchChunk) -> LongBenchScores:
-    splitter = SentenceSplitter.from_nltk_data(chunk.nltk_data_root)
+    splitter = SentenceSplitter.from_source(chunk.punkt)
     scorer = RougeScorer()
     rows = []
     lengths = []
@@ -135,13 +135,10 @@ def map_chunks(
 
 
 def score_summaries(
-    predictions: Sequence[str], targets: Sequence[str], *, nltk_data_root: str, workers: int
+    predictions: Sequence[str], targets: Sequence[str], *, punkt: PunktSource, workers: int
 ) -> SummaryScores:
     bounds = chunk_bounds(len(predictions), workers * CHUNKS_PER_WORKER if workers > 1 else 1)
-    chunks = [
-        SummaryChunk(nltk_data_root, tuple(predictions[a:b]), tuple(targets[a:b]))
-        for a, b in bounds
-    ]
+    chunks = [SummaryChunk(punkt, tuple(predictions[a:b]), tuple(targets[a:b])) for a, b in bounds]
     parts = map_chunks(score_summary_chunk, chunks, workers)
     return SummaryScores(
         rouge1=tuple(value for part in parts for value in part.rouge1),
@@ -157,14 +154,12 @@ def score_longbench(
     targets: Sequence[str],
     kinds: Sequence[str],
     *,
-    nltk_data_root: str,
+    punkt: PunktSource,
     workers: int,
 ) -> LongBenchScores:
     bounds = chunk_bounds(len(predictions), workers * CHUNKS_PER_WORKER if workers > 1 else 1)
     chunks = [
-        LongBenchChunk(
-            nltk_data_root, tuple(predictions[a:b]), tuple(targets[a:b]), tuple(kinds[a:b])
-        )
+        LongBenchChunk(punkt, tuple(predictions[a:b]), tuple(targets[a:b]), tuple(kinds[a:b]))
         for a, b in bounds
     ]
     parts = map_chunks(score_longbench_chunk, chunks, workers)

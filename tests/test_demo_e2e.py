@@ -1,5 +1,6 @@
-"""`mlperf-vllm demo` end to end on the embedded defaults: tiny model, synthetic data, Offline
-performance + accuracy, evaluation, and an MLflow run in the working folder's SQLite store."""
+"""`mlperf-vllm demo --tiny` end to end: tiny model, synthetic data, Offline performance +
+accuracy, evaluation, and an MLflow run in the working folder's SQLite store. (The default real
+small model goes through the same run path; tests/test_small_model_e2e.py covers its behaviour.)"""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ def test_demo_runs_end_to_end_and_logs_to_the_embedded_store(tmp_path):
         str(tmp_path / "out"),
         "--samples",
         "16",
+        "--tiny",
         cwd=tmp_path,
         env=env,
     )
@@ -33,6 +35,7 @@ def test_demo_runs_end_to_end_and_logs_to_the_embedded_store(tmp_path):
     assert result["accuracy"]["verdict"] in ("PASS", "FAIL")  # scored, whatever the score
     assert "rougeL" in result["accuracy"]["metrics"]
     assert (tmp_path / "mlflow.db").exists()
+    assert "demo finished in" in proc.stdout
 
     from mlflow.tracking import MlflowClient
 

@@ -37,12 +37,9 @@ METRIC_KEYS = (
 )
 
 
-def nltk_data_dir() -> str:
-    return os.environ.get("NLTK_DATA") or str(REPO.parent / "shared" / "nltk_data")
-
-
 def harness_cli(*args: str, timeout: float = 1200) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "NLTK_DATA": nltk_data_dir()}
+    # No NLTK_DATA: the CLI scores with the packaged punkt model, as on a user's machine.
+    env = {k: v for k, v in os.environ.items() if k != "NLTK_DATA"}
     return subprocess.run(
         [sys.executable, "-m", "harness.cli", *args],
         capture_output=True,
@@ -102,7 +99,9 @@ def accuracy_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {"model": model, "dataset": dataset, "log": logs[0], "root": root}
 
 
-def reference_recipe(log: Path, labels: list[str], tokenizer_dir: Path) -> dict[str, float]:
+def reference_recipe(
+    log: Path, labels: list[str], tokenizer_dir: Path, nltk_root: str
+) -> dict[str, float]:
     """The reference CNN/DailyMail computation, straight from rouge-score and NLTK."""
     from transformers import AutoTokenizer
 
@@ -113,13 +112,13 @@ def reference_recipe(log: Path, labels: list[str], tokenizer_dir: Path) -> dict[
             seen.add(entry["qsl_idx"])
             token_ids.append(np.frombuffer(bytes.fromhex(entry["data"]), np.int32).tolist())
             wanted.append(labels[entry["qsl_idx"]])
-    nltk.data.path.insert(0, nltk_data_dir())
+    nltk.data.path.insert(0, nltk_root)
     try:
         texts = tokenizer.batch_decode(token_ids, skip_special_tokens=True)
         preds = ["\n".join(nltk.sent_tokenize(t.strip())) for t in texts]
         refs = ["\n".join(nltk.sent_tokenize(t.strip())) for t in wanted]
     finally:
-        nltk.data.path.remove(nltk_data_dir())
+        nltk.data.path.remove(nltk_root)
     scorer = rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL", "rougeLsum"], use_stemmer=True)
     scores = [scorer.score(r, p) for r, p in zip(refs, preds, strict=True)]
     result = {
@@ -131,7 +130,7 @@ def reference_recipe(log: Path, labels: list[str], tokenizer_dir: Path) -> dict[
 
 
 def test_real_accuracy_log_scores_like_the_reference(
-    accuracy_run: dict[str, Path], tmp_path: Path
+    accuracy_run: dict[str, Path], tmp_path: Path, nltk_root: str
 ) -> None:
     frame = pd.read_json(accuracy_run["dataset"])
     result = evaluate(
@@ -139,12 +138,11 @@ def test_real_accuracy_log_scores_like_the_reference(
         accuracy_run["log"],
         frame,
         accuracy_run["model"],
-        output_dir=tmp_path,
-        nltk_data=nltk_data_dir(),
+        output_dir=tmp_path,  # the packaged punkt model: the reference below uses NLTK's files
     )
     assert result.metrics["gen_num"] == SAMPLES
     expected = reference_recipe(
-        accuracy_run["log"], frame["output"].tolist(), accuracy_run["model"]
+        accuracy_run["log"], frame["output"].tolist(), accuracy_run["model"], nltk_root
     )
     assert {k: result.metrics[k] for k in expected} == expected
     saved = json.loads((tmp_path / "accuracy.json").read_text())
@@ -184,9 +182,9 @@ def test_cli_evaluate_writes_reports(accuracy_run: dict[str, Path], tmp_path: Pa
 
 @pytest.mark.parametrize("problem", ["truncated log", "missing punkt"])
 def test_cli_bad_input_exits_2_with_one_line(
-    accuracy_run: dict[str, Path], tmp_path: Path, problem: str
+    accuracy_run: dict[str, Path], tmp_path: Path, problem: str, nltk_root: str
 ) -> None:
-    log, nltk_dir = accuracy_run["log"], nltk_data_dir()
+    log, nltk_dir = accuracy_run["log"], nltk_root
     if problem == "truncated log":
         log = tmp_path / "mlperf_log_accuracy.json"
         text = accuracy_run["log"].read_text()

@@ -2,26 +2,16 @@
 
 from __future__ import annotations
 
-import os
 import random
-from pathlib import Path
 
 import nltk
 import pytest
 from rouge_score import rouge_scorer, tokenizers
 
 from evaluation.rouge import RougeScorer, RougeTokenizer, lcs_length, lcs_reference_indices
-from evaluation.sentences import SentenceSplitter, find_punkt_directory
+from evaluation.sentences import SentenceSplitter
 
 ROUGE_TYPES = ["rouge1", "rouge2", "rougeL", "rougeLsum"]
-
-
-@pytest.fixture(scope="module")
-def nltk_root() -> str:
-    configured = os.environ.get("NLTK_DATA") or str(
-        Path(__file__).resolve().parents[1].parent / "shared" / "nltk_data"
-    )
-    return find_punkt_directory(configured)
 
 
 def scores(target: str, prediction: str) -> dict[str, float]:

@@ -173,3 +173,21 @@ def test_accuracy_txt_is_the_reference_dict_in_plain_numbers() -> None:
     assert "np." not in text
     assert text.rstrip("\n").splitlines()[-1] == "hash=" + "0f" * 32
     assert checker_verdict(text, "llama3_1-8b")
+
+
+def test_gen_len_window_scales_to_a_subset_and_not_on_the_whole_dataset() -> None:
+    full = targets_for("llama3_1-8b")
+    assert full.for_samples(13368) == full
+    subset = {m.metric: m for m in full.for_samples(48).metrics}
+    gen_len = subset["gen_len"]
+    assert gen_len.reference == pytest.approx(8167644 * 48 / 13368)  # ~611 characters/sample
+    assert gen_len.scaled_from == 8167644 and "scaled" in gen_len.describe()
+    assert subset["rouge1"] == {m.metric: m for m in full.metrics}["rouge1"]  # means unchanged
+    rouge = {"rouge1": 40.0, "rouge2": 17.0, "rougeL": 25.0, "rougeLsum": 36.0}
+    # 48 summaries of ~600 characters: FAIL against the whole dataset's total, PASS scaled.
+    metrics = {**rouge, "gen_len": 48 * 600}
+    assert not judge(full, metrics).passed
+    assert judge(full.for_samples(48), metrics).passed
+    assert not judge(full.for_samples(48), {**rouge, "gen_len": 48 * 400}).passed
+    edge = {m.metric: m for m in targets_for("llama3_1-8b-edge").for_samples(500).metrics}
+    assert edge["gen_len"].reference == pytest.approx(3051113 / 10)
