@@ -131,7 +131,7 @@ def test_server_run_is_valid_with_many_queries_in_flight(server_run):
     # Every issued query in the engine at once, not one at a time (the reference pattern).
     assert stats["peak_engine_in_flight"] >= 4, stats
     queries = _detail(out / "performance")["result_query_count"]
-    assert stats["issued"] == stats["completed"] == queries >= 700
+    assert stats["issued"] == stats["completed"] == queries >= 500
     # FirstTokenComplete before QuerySamplesComplete for every query: checked by the SUT as
     # it made the calls, and by LoadGen, which logs an error for a completion without one.
     assert stats["first_token_before_complete"] == queries

@@ -143,7 +143,7 @@ def test_every_payload_equals_a_direct_generation(accuracy_run, small_model, sma
             [TokensPrompt(prompt_token_ids=r["tok_input"]) for r in rows], params, use_tqdm=False
         )
     finally:
-        from harness.runner import shutdown_llm
+        from sut.engine import shutdown_llm
 
         shutdown_llm(llm)
     for index, out in enumerate(outs):
