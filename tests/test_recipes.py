@@ -156,3 +156,34 @@ def test_certify_refuses_a_benchmark_the_round_lacks_before_any_step(tmp_path):
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stderr.strip().count("\n") == 0 and "rounds with it: v6.0" in proc.stderr
     assert not (tmp_path / "cert").exists() and "READY" not in proc.stdout
+
+
+def test_example_confs_engine_lines_parse_and_stay_compliant():
+    """Every `# engine <benchmark>.<Scenario>: <flags> | <figure> | <command>` line of the GPU
+    example confs names a known benchmark and scenario, its flags parse with our CLI and with
+    vLLM's own parser, and none turns prefix caching on."""
+    import re
+
+    from harness.benchmarks import get_benchmark
+    from sut.engine import parse_engine_arg_pairs
+
+    line_re = re.compile(
+        r"^# engine ([\w.-]+)\.(Offline|Server|Interactive): (.+?) \| (.+?) \| (.+)$"
+    )
+    seen = 0
+    for conf in sorted((SCRIPTS.parent / "user_confs" / "examples").glob("*.conf")):
+        for line in conf.read_text().splitlines():
+            if not line.startswith("# engine ") or line.startswith("# engine <"):
+                continue
+            m = line_re.match(line)
+            assert m, f"{conf.name}: engine line not in the documented form: {line}"
+            bench, scenario, flags = m.group(1), m.group(2), m.group(3)
+            get_benchmark(bench)
+            argv = ["run", "--benchmark", bench, "--scenario", scenario, "--model", "m"]
+            argv += ["--dataset", "d", "--output", "o", *shlex.split(flags)]
+            args, extra = build_parser().parse_known_args(argv)
+            resolved = {**parse_engine_flags(extra), **parse_engine_arg_pairs(args.engine_arg)}
+            assert resolved, line
+            assert resolved.get("enable_prefix_caching") is not True, line
+            seen += 1
+    assert seen >= 2
