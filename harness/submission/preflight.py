@@ -27,7 +27,7 @@ from typing import Any
 
 from harness.benchmarks import Benchmark
 from harness.errors import UsageError
-from harness.rounds import Round, choose_round, get_round, round_of_seeds
+from harness.submission.rounds import Round, choose_round, get_round, round_of_seeds
 
 SUBMISSION_MIN_DURATION_MS = 600_000
 OFFLINE_SLACK = 1.1  # LoadGen sizes the Offline query as max(min_query_count, 1.1*T*qps)

@@ -12,10 +12,10 @@ Layout (checker versions v6.0 and v6.1 share it), closed division:
         TEST06/verify_accuracy.txt, TEST06/accuracy/mlperf_log_accuracy.json (+ accuracy.txt hash)
         measurements.json, user.conf, README.md
 
-`<model>` is the checker's folder name for the round (`harness.rounds`: llama3.1-8b,
+`<model>` is the checker's folder name for the round (`harness.submission.rounds`: llama3.1-8b,
 llama2-70b-99.9, ...); Interactive is a scenario folder of the base model; TEST06 where the
 round asks for it. The system's `system_type` is the category the benchmark belongs to (edge for
-llama3.1-8b-edge), joined with what the system json already says. `harness.checker` checks it.
+llama3.1-8b-edge), joined with what the system json already says. `harness.submission.checker` checks it.
 """
 
 from __future__ import annotations
@@ -33,7 +33,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.checker import (
+from harness.errors import UsageError
+from harness.run.logs import ACCURACY_LOG, DETAIL_LOG, SUMMARY_LOG
+from harness.submission.checker import (
     CALIBRATION_DOC,
     MAX_ACCURACY_LOG_SIZE,
     REQUIRED_ACC_FILES,
@@ -43,9 +45,7 @@ from harness.checker import (
     accuracy_hash,
     empty_system_fields,
 )
-from harness.errors import UsageError
-from harness.logs import ACCURACY_LOG, DETAIL_LOG, SUMMARY_LOG
-from harness.rounds import CATEGORIES, RoundChoice, RoundModel, choose_round
+from harness.submission.rounds import CATEGORIES, RoundChoice, RoundModel, choose_round
 
 CHECKER_LAYOUT = "MLCommons submission checker v6.0/v6.1 layout"
 VIEWABLE_SIZE = 4096  # the truncation tool keeps this much of each end
@@ -64,7 +64,9 @@ class PackageRequest:
     test06: Path | None = None  # folder holding TEST06/verify_accuracy.txt (compliance output)
     accuracy_run: Path | None = None  # accuracy/ from another run folder
     accuracy_level: str = "99"
-    round: str | None = None  # submission round (harness.rounds); None: the newest with it
+    round: str | None = (
+        None  # submission round (harness.submission.rounds); None: the newest with it
+    )
     system_fields: Mapping[str, str] = field(default_factory=dict)
     measurements: Mapping[str, str] = field(default_factory=dict)
     command: tuple[str, ...] = ()

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from harness.errors import UsageError
-from harness.logs import ACCURACY_LOG, DETAIL_LOG, parse_detail_log
+from harness.run.logs import ACCURACY_LOG, DETAIL_LOG, parse_detail_log
 
 VERIFY_FILE = "verify_accuracy.txt"
 DTYPES = {"int32": np.int32, "int64": np.int64, "int16": np.int16, "float32": np.float32}

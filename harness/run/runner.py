@@ -21,9 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness import preflight
 from harness.benchmarks import Benchmark, resolve
-from harness.cost import add_cost
 from harness.datasets import (
     LoadedDataset,
     check_tokenizer_matches,
@@ -33,8 +31,9 @@ from harness.datasets import (
     validate_against_model,
 )
 from harness.errors import UsageError
-from harness.logs import ACCURACY_LOG, performance_result
-from harness.settings import (
+from harness.run.cost import add_cost
+from harness.run.logs import ACCURACY_LOG, performance_result
+from harness.run.settings import (
     SettingsRequest,
     audit_path_for,
     build_log_settings,
@@ -42,6 +41,7 @@ from harness.settings import (
     cap_performance_sample_count,
     set_mode,
 )
+from harness.submission import preflight
 from sut.engine import describe_error, resolved_engine_args, resolved_settings
 from sut.lifecycle import DEFAULT_ENGINE_START_TIMEOUT_S, DEFAULT_STALL_TIMEOUT_S
 
@@ -70,7 +70,7 @@ class RunRequest:
     evaluate: bool = True
     nltk_data: Path | None = None
     submission: bool = False
-    round: str | None = None  # submission round the preflight judges by (harness.rounds)
+    round: str | None = None  # submission round the preflight judges by (harness.submission.rounds)
     offline_order: str = "arrival"  # sut.offline.ORDERS: samples to the engine by prompt length
     warmup_samples: int = 0  # dataset prompts generated before the LoadGen test, untimed
     price_per_hour: float | None = None  # dollars: adds cost per million output tokens
@@ -487,7 +487,7 @@ def run_loadgen_test(
 
 def _add_latency_fields(perf: dict[str, Any], log_dir: Path) -> None:
     """Server / Interactive / SingleStream: the limits LoadGen applied and which ones failed."""
-    from harness.logs import DETAIL_LOG, parse_detail_log
+    from harness.run.logs import DETAIL_LOG, parse_detail_log
 
     v = parse_detail_log(log_dir / DETAIL_LOG).values
     failed = []

@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from harness.benchmarks import Benchmark, resolve
-from harness.children import EXIT_TIMEOUT, run_child
 from harness.errors import UsageError
-from harness.runner import run_argv
+from harness.proc.children import EXIT_TIMEOUT, run_child
+from harness.run.runner import run_argv
 
 OFFLINE_SLACK = 1.1
 SUBMISSION_MIN_DURATION_S = 600
