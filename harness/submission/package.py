@@ -20,20 +20,17 @@ llama3.1-8b-edge), joined with what the system json already says. `harness.submi
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import platform
-import re
 import shutil
-import subprocess
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.datasets import file_sha256
 from harness.errors import UsageError
+from harness.run.environment import machine_facts
 from harness.run.logs import ACCURACY_LOG, DETAIL_LOG, SUMMARY_LOG
 from harness.submission.checker import (
     CALIBRATION_DOC,
@@ -89,14 +86,6 @@ def find_test06(folder: Path) -> Path | None:
     return None
 
 
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def truncate_accuracy_log(src: Path, dest: Path) -> bool:
     """Copy an accuracy log, keeping only its two ends when it is larger than the checker
     accepts (as MLCommons' truncate_accuracy_log does). True when truncated."""
@@ -126,7 +115,7 @@ def _missing_inputs(
             )
             missing.append(f"{acc / name} ({hint})")
     if (acc / "accuracy.txt").is_file() and (acc / ACCURACY_LOG).is_file():
-        want = sha256_file(acc / ACCURACY_LOG)
+        want = file_sha256(acc / ACCURACY_LOG)
         got = accuracy_hash((acc / "accuracy.txt").read_text().splitlines())
         if got is not None and got != want:
             missing.append(
@@ -301,7 +290,7 @@ def _put_accuracy_log(
 ) -> None:
     """The accuracy log, truncated when too large, and accuracy.txt carrying its hash."""
     dest_dir.mkdir(parents=True, exist_ok=True)
-    digest = sha256_file(log)
+    digest = file_sha256(log)
     truncate_accuracy_log(log, dest_dir / ACCURACY_LOG)
     written.append(dest_dir / ACCURACY_LOG)
     text = accuracy_txt.read_text() if accuracy_txt is not None else ""
@@ -406,97 +395,6 @@ def readme(
 
 
 # ----------------------------------------------------------------------------- system json
-
-
-def _read(path: str) -> str:
-    try:
-        return Path(path).read_text()
-    except OSError:
-        return ""
-
-
-def _nvidia_smi(query: str) -> list[list[str]]:
-    if shutil.which("nvidia-smi") is None:
-        return []
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
-    return [[c.strip() for c in line.split(",")] for line in out.strip().splitlines() if line]
-
-
-def machine_facts() -> dict[str, Any]:
-    """What this machine reports about itself (Linux /proc, /sys, nvidia-smi)."""
-    cpuinfo = _read("/proc/cpuinfo")
-    model = re.search(r"^model name\s*:\s*(.+)$", cpuinfo, re.M)
-    sockets = len(set(re.findall(r"^physical id\s*:\s*(\d+)$", cpuinfo, re.M))) or 1
-    mem = re.search(r"^MemTotal:\s*(\d+) kB", _read("/proc/meminfo"), re.M)
-    mem_gb = int(mem.group(1)) / 1024 / 1024 if mem else 0
-    os_name = re.search(r'^PRETTY_NAME="?([^"\n]+)', _read("/etc/os-release"), re.M)
-    disk = shutil.disk_usage(Path.cwd())
-    nics = [
-        n
-        for n in (os.listdir("/sys/class/net") if os.path.isdir("/sys/class/net") else [])
-        if n != "lo"
-    ]
-    rotational = {
-        _read(f"/sys/block/{b}/queue/rotational").strip()
-        for b in (os.listdir("/sys/block") if os.path.isdir("/sys/block") else [])
-        if not b.startswith(("loop", "ram"))
-    }
-    nvme = os.path.isdir("/sys/block") and any(
-        b.startswith("nvme") for b in os.listdir("/sys/block")
-    )
-    storage = (
-        "NVMe SSD"
-        if nvme
-        else ("SSD" if rotational == {"0"} else ("HDD" if "1" in rotational else ""))
-    )
-    gpus = _nvidia_smi("name,memory.total,pcie.link.gen.max,pcie.link.width.max,clocks.max.sm")
-    facts: dict[str, Any] = {
-        "host_processor_model_name": model.group(1).strip() if model else platform.processor(),
-        "host_processors_per_node": sockets,
-        "host_processor_core_count": str(os.cpu_count() or ""),
-        "host_memory_capacity": f"{mem_gb:.0f} GB" if mem_gb else "",
-        "host_storage_capacity": f"{disk.total / 1e9:.0f} GB",
-        "host_storage_type": storage,
-        "host_network_card_count": str(len(nics)),
-        "operating_system": f"{os_name.group(1) if os_name else platform.system()} "
-        f"(kernel {platform.release()})",
-        "accelerators_per_node": len(gpus),
-    }
-    if gpus:
-        name, memory, gen, width, clock = (gpus[0] + [""] * 5)[:5]
-        facts.update(
-            {
-                "accelerator_model_name": name,
-                "accelerator_memory_capacity": memory.replace("MiB", "MiB").strip(),
-                "accelerator_host_interconnect": f"PCIe Gen{gen} x{width}" if gen else "",
-                "accelerator_frequency": clock,
-                "accelerator_memory_configuration": "HBM3e"
-                if "H200" in name
-                else ("HBM3" if "H100" in name else ""),
-            }
-        )
-    else:
-        facts.update(
-            {
-                k: "N/A"
-                for k in (
-                    "accelerator_model_name",
-                    "accelerator_memory_capacity",
-                    "accelerator_host_interconnect",
-                    "accelerator_memory_configuration",
-                    "accelerator_interconnect",
-                )
-            }
-        )
-    return facts
 
 
 def system_skeleton(req: PackageRequest, result: dict[str, Any]) -> dict[str, Any]:

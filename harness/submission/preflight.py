@@ -27,6 +27,7 @@ from typing import Any
 
 from harness.benchmarks import Benchmark
 from harness.errors import UsageError
+from harness.run.logs import ns_to_ms
 from harness.submission.rounds import Round, choose_round, get_round, round_of_seeds
 
 SUBMISSION_MIN_DURATION_MS = 600_000
@@ -83,10 +84,6 @@ class RunFacts:
     round: Round | None = None  # the submission round: its seeds are the ones that count
 
 
-def _ns_to_ms(value: Any) -> float | None:
-    return float(value) / 1e6 if isinstance(value, (int, float)) and value else None
-
-
 def effective_settings(settings: Any, scenario: str) -> EffectiveSettings:
     """Read a LoadGen TestSettings object (after FromConfig) into plain values."""
     lg_scenario = str(settings.scenario).rsplit(".", 1)[-1]
@@ -99,8 +96,8 @@ def effective_settings(settings: Any, scenario: str) -> EffectiveSettings:
         seeds={k: int(getattr(settings, k)) for k in SEED_KEYS},
         offline_expected_qps=float(settings.offline_expected_qps),
         server_target_qps=float(settings.server_target_qps),
-        ttft_latency_ms=_ns_to_ms(getattr(settings, "ttft_latency", None)),
-        tpot_latency_ms=_ns_to_ms(getattr(settings, "tpot_latency", None)),
+        ttft_latency_ms=ns_to_ms(getattr(settings, "ttft_latency", None)) or None,
+        tpot_latency_ms=ns_to_ms(getattr(settings, "tpot_latency", None)) or None,
         use_token_latencies=bool(getattr(settings, "use_token_latencies", True)),
         sample_concatenate_permutation=bool(
             getattr(settings, "sample_concatenate_permutation", True)

@@ -30,8 +30,8 @@ from typing import Any
 
 from harness.errors import UsageError
 from harness.proc import signals
+from harness.run.environment import engine_arg_defaults, environment_tags, snapshot_environment
 from harness.run.logs import ACCURACY_LOG, DETAIL_LOG, SUMMARY_LOG, parse_detail_log
-from harness.tracking.environment import engine_arg_defaults, environment_tags, snapshot_environment
 from harness.tracking.params import (
     _read_json,
     accuracy_summary,
