@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping
+from typing import Any
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_STRICT = 0, 1, 2, 3
 
@@ -21,13 +23,17 @@ def add_mlflow_arguments(p: argparse.ArgumentParser, experiment: str | None = No
     p.add_argument("--no-mlflow", action="store_true", help="do not log to MLflow")
 
 
-def strict_code(args: argparse.Namespace, result: dict) -> int:
+def strict_code(
+    args: argparse.Namespace,
+    performance: Mapping[str, Any] | None,
+    accuracy: Mapping[str, Any] | None,
+) -> int:
+    """--strict: exit 3 when the performance test ran and is not VALID, or the accuracy test
+    ran and is not PASS (not scored counts as not PASS)."""
     if not getattr(args, "strict", False):
         return EXIT_OK
-    perf = result.get("performance")
-    acc = result.get("accuracy")
-    if perf and perf.get("validity") != "VALID":
+    if performance and performance.get("validity") != "VALID":
         return EXIT_STRICT
-    if acc and acc.get("verdict") != "PASS":
+    if accuracy and accuracy.get("verdict") != "PASS":
         return EXIT_STRICT
     return EXIT_OK

@@ -95,6 +95,7 @@ def run_demo(args: argparse.Namespace) -> int:
     from harness import tracking
     from harness.run.runner import RunRequest, prepare, run
     from harness.run.summary import render_result
+    from harness.submission.preflight import settings_check
 
     started = time.monotonic()
     cfg = tracking.resolve_tracking(args, default_experiment="mlperf-vllm-demo")
@@ -114,7 +115,7 @@ def run_demo(args: argparse.Namespace) -> int:
     with tracking.tracked_run(
         cfg, tracking.run_name(req, args.output), output_dir=args.output, tags={"command": "demo"}
     ) as trk:
-        outcome = run(req, prepared=prepared)
+        outcome = run(req, prepared=prepared, check_settings=settings_check)
         print(render_result(outcome.result), flush=True)
         print(f"results: {outcome.path}")
     if cfg.enabled and not trk.logging_error:

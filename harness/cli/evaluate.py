@@ -131,4 +131,4 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             )
     if trk.logging_error:
         return EXIT_ERROR
-    return strict_code(args, {"accuracy": {"verdict": "PASS" if ev.verdict.passed else "FAIL"}})
+    return strict_code(args, None, {"verdict": "PASS" if ev.verdict.passed else "FAIL"})

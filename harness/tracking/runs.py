@@ -32,6 +32,7 @@ from harness.errors import UsageError
 from harness.proc import signals
 from harness.run.environment import engine_arg_defaults, environment_tags, snapshot_environment
 from harness.run.logs import ACCURACY_LOG, DETAIL_LOG, SUMMARY_LOG, parse_detail_log
+from harness.run.result import RESULT_FILE, RunResult
 from harness.tracking.params import (
     _read_json,
     accuracy_summary,
@@ -52,7 +53,6 @@ from harness.tracking.store import (
     sanitize_key,
 )
 
-RESULT_FILE = "result.json"
 ENVIRONMENT_FILE = "environment.json"
 # The accuracy log of a full run is tens of MB; a copy in MLflow only helps while it is small.
 MAX_ACCURACY_LOG_BYTES = 8 << 20
@@ -212,7 +212,7 @@ def log_result_dir(
             return False
 
     result_path = out / RESULT_FILE
-    result = _read_json(result_path) if result_path.is_file() and fresh(result_path) else None
+    result = RunResult.read(result_path) if result_path.is_file() and fresh(result_path) else None
     env_path = out / ENVIRONMENT_FILE
     env = _read_json(env_path) if env_path.is_file() and fresh(env_path) else None
 
@@ -221,21 +221,22 @@ def log_result_dir(
     tags: dict[str, Any] = {"output_dir": str(out.resolve())}
     if env:
         tags.update(environment_tags(env))
-    if result:
-        summary.status = result.get("status")
+    if result is not None:
+        status = result.status if result.has("status") else None
+        summary.status = status
         params.update(result_params(result))
         for k, v in (env or {}).get("engine_arg_defaults", {}).items():
             params.setdefault(f"engine.{k}", v)
-        tags["status"] = result.get("status")
-        tags["error"] = result.get("error")
-        if result.get("warnings"):
-            tags["warnings"] = "; ".join(map(str, result["warnings"]))
-        for dist, version in (result.get("versions") or {}).items():
+        tags["status"] = status
+        tags["error"] = result.error
+        if result.warnings:
+            tags["warnings"] = "; ".join(map(str, result.warnings))
+        for dist, version in (result.versions or {}).items():
             tags[f"version.{dist}"] = version
-        for k in ("engine_start_s",):
-            if _number(result.get(k)) is not None:
-                metrics[k] = float(result[k])
-        for k, v in (result.get("sut_stats") or {}).items():
+        start_s = _number(result.engine_start_s)
+        if start_s is not None:
+            metrics["engine_start_s"] = start_s
+        for k, v in (result.sut_stats or {}).items():
             if _number(v) is not None and not k.endswith("_s"):
                 metrics[f"sut.{k}"] = float(v)
 
@@ -252,7 +253,7 @@ def log_result_dir(
                 {k: v for k, v in loadgen_params(parsed.values).items() if k not in params}
             )
 
-    perf = (result or {}).get("performance")
+    perf = result.performance if result is not None else None
     if perf:
         metrics.update(performance_metrics(perf))
         tags["validity"] = perf.get("validity")
@@ -296,8 +297,12 @@ def log_result_dir(
             add(p, mode)
     for name in ("accuracy.json", "accuracy.txt"):  # evaluate's output folder
         add(out / name)
-    for key, name in (("user_conf", "user.conf"), ("audit_config", "audit.config")):
-        src = (result or {}).get(key)
+    inputs = (
+        [(result.user_conf, "user.conf"), (result.audit_config, "audit.config")]
+        if result is not None
+        else []
+    )
+    for src, name in inputs:
         # Inputs are logged whatever their age.
         if src and Path(src).is_file() and run.log_artifact(Path(src), "inputs", name):
             summary.artifacts.append(f"inputs/{name}")
@@ -446,8 +451,8 @@ def tracked_run(
 
 
 def _defaults_from_result(out: Path) -> dict[str, Any]:
-    result = _read_json(out / RESULT_FILE) or {}
-    return engine_arg_defaults(result.get("engine_args") or {})
+    result = RunResult.read(out / RESULT_FILE)
+    return engine_arg_defaults((result.engine_args if result is not None else None) or {})
 
 
 def _finish(
@@ -545,7 +550,7 @@ def relog(
     """`mlperf-vllm log-run DIR`: log a finished (or crashed) run folder as a new MLflow run,
     ending it with the status result.json records."""
     out = Path(output_dir)
-    result = _read_json(out / RESULT_FILE)
+    result = RunResult.read(out / RESULT_FILE)
     if result is None:
         raise UsageError(
             f"{out / RESULT_FILE} is missing or unreadable: pass the --output "
@@ -568,7 +573,7 @@ def relog(
     except BaseException:
         client.set_terminated(run.run_id, "FAILED")
         raise
-    client.set_terminated(run.run_id, _STATUS_BY_RESULT.get(str(result.get("status")), "FAILED"))
+    client.set_terminated(run.run_id, _STATUS_BY_RESULT.get(result.status, "FAILED"))
     return run, summary
 
 
