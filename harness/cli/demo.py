@@ -19,6 +19,7 @@ from typing import Any
 from harness.cli.common import add_mlflow_arguments
 
 DEFAULT_CACHE = Path(os.environ.get("MLPERF_VLLM_CACHE", ".cache/mlperf-vllm"))
+DEMO_BENCHMARK = "llama3_1-8b"  # CNN/DailyMail-style summaries: what a small model can do
 TINY_SAMPLES = 96
 SMALL_SAMPLES = 16
 # Short articles keep the real model's prompts (~170 tokens with the chat template) and so the
@@ -68,7 +69,7 @@ def ensure_assets(cache: Path, samples: int | None, tiny: bool) -> DemoAssets:
         dataset = cache / f"cnn_synthetic_{n}.json"
         if not dataset.exists():
             print(f"building {n} synthetic samples in {dataset} ...", flush=True)
-            build_synthetic_dataset("llama3_1-8b", model, dataset, samples=n)
+            build_synthetic_dataset(DEMO_BENCHMARK, model, dataset, samples=n)
         return DemoAssets(model, dataset, smoke_conf("offline"), {}, real_model=False)
 
     from harness.assets.small_model import build_small_model
@@ -80,7 +81,7 @@ def ensure_assets(cache: Path, samples: int | None, tiny: bool) -> DemoAssets:
     if not dataset.exists():
         print(f"building {n} synthetic samples in the model's chat template in {dataset} ...")
         build_synthetic_dataset(
-            "llama3_1-8b", model, dataset, samples=n, max_sentences=SMALL_MAX_SENTENCES
+            DEMO_BENCHMARK, model, dataset, samples=n, max_sentences=SMALL_MAX_SENTENCES
         )
     # On a CPU without native bf16 (AVX2 only) float32 is several times faster, and eager mode
     # skips a torch.compile of 30 layers that costs minutes on two cores.
@@ -102,7 +103,7 @@ def run_demo(args: argparse.Namespace) -> int:
     tracking.check_reachable(cfg)  # before the engine starts
     assets = ensure_assets(args.cache, args.samples, args.tiny)
     req = RunRequest(
-        benchmark="llama3_1-8b",
+        benchmark=DEMO_BENCHMARK,
         scenario="Offline",
         mode="both",
         model=assets.model,
