@@ -4,4 +4,7 @@ import sys
 
 from harness.cli import main
 
-sys.exit(main())
+# The guard matters: vLLM starts its engine processes with spawn, which imports this module
+# again (as __mp_main__) in every child.
+if __name__ == "__main__":
+    sys.exit(main())
