@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from harness.benchmarks import SCENARIOS
 from harness.cli.common import EXIT_OK, EXIT_STRICT
 
 
@@ -33,7 +34,7 @@ def add_parser(sub) -> None:
     )
     t06.add_argument(
         "--scenario",
-        choices=["Offline", "Server", "Interactive", "SingleStream"],
+        choices=SCENARIOS,
         help="default: from the LoadGen detail log",
     )
     t06.add_argument("--dtype", default="int32", choices=["int32", "int64", "int16", "float32"])

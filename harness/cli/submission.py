@@ -7,6 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from harness.benchmarks import SCENARIOS
 from harness.cli.common import EXIT_OK, EXIT_STRICT
 from harness.errors import UsageError
 from harness.submission.rounds import RoundChoice
@@ -74,7 +75,7 @@ def add_package_commands(sub) -> None:
         "--benchmark",
         help="show only this benchmark's rows (with --scenario); every rule still counts",
     )
-    chk.add_argument("--scenario", choices=["Offline", "Server", "Interactive", "SingleStream"])
+    chk.add_argument("--scenario", choices=SCENARIOS)
     chk.add_argument("--accuracy-level", default="99", choices=["99", "99.9"])
     chk.add_argument(
         "--structure-only",
