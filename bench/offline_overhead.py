@@ -63,7 +63,7 @@ def random_prompts(model: Path, n: int, mean_len: int, seed: int = 0) -> list[li
 def load_prompts(args: argparse.Namespace, workdir: Path) -> tuple[Path, list[list[int]]]:
     import pandas as pd
 
-    from harness.assets import build_synthetic_dataset, build_tiny_model
+    from harness.assets.synthetic import build_synthetic_dataset, build_tiny_model
 
     if args.random_prompts:
         return args.model, random_prompts(args.model, args.samples, args.random_prompts)
@@ -97,7 +97,7 @@ def main() -> None:
     import mlperf_loadgen as lg
     from vllm.inputs import TokensPrompt
 
-    from harness.settings import build_log_settings
+    from harness.run.settings import build_log_settings
     from sut.engine import (
         create_llm,
         make_engine_config,

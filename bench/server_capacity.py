@@ -84,7 +84,7 @@ def _offline_settings(lg, n_samples: int) -> object:
 
 
 def _detail(outdir: Path) -> dict:
-    from harness.logs import DETAIL_LOG, parse_detail_log
+    from harness.run.logs import DETAIL_LOG, parse_detail_log
 
     return parse_detail_log(outdir / DETAIL_LOG).values
 
@@ -124,7 +124,7 @@ class Bench:
         self.trials: list[Trial] = []
 
     def _start(self, settings, name: str) -> tuple[Path, float]:
-        from harness.settings import build_log_settings
+        from harness.run.settings import build_log_settings
 
         self.n += 1
         outdir = self.out / f"{self.n:02d}-{name}"
@@ -303,7 +303,7 @@ def main() -> int:
 
         prompts = random_prompts(args.model, args.samples, args.random_prompts)
     elif args.model is None or args.dataset is None:
-        from harness.assets import build_synthetic_dataset, build_tiny_model
+        from harness.assets.synthetic import build_synthetic_dataset, build_tiny_model
 
         args.model = args.model or build_tiny_model(work / "tiny")
         args.dataset = args.dataset or build_synthetic_dataset(

@@ -3,7 +3,7 @@
 Numbers reproduce the MLCommons reference evaluation scripts; the verdict reproduces the
 submission checker. This package never imports ``sut`` or ``harness``.
 
-Names are resolved on first use: importing ``evaluation`` (or ``evaluation.cli`` to build the
+Names are resolved on first use: importing ``evaluation`` (or ``harness.cli.evaluate`` to build the
 command line) must not import NLTK or ROUGE, so commands that score nothing run where those
 are not installed.
 """

@@ -10,7 +10,6 @@ once instead of holding the whole document (and a copy of every hex string) in m
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -46,15 +45,6 @@ def token_dtype(name: str) -> np.dtype:
         raise EvaluationError(
             f"unknown token dtype {name!r}: use one of {known} (the dtype the SUT sent to LoadGen)"
         ) from None
-
-
-def sha256_of_file(path: str | Path) -> str:
-    """Hex SHA-256 of a file, read in blocks (the ``hash=`` line of accuracy.txt)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as stream:
-        for block in iter(lambda: stream.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def decode_token_hex(hex_data: str, dtype: np.dtype, *, qsl_idx: int, log_path: Path) -> np.ndarray:

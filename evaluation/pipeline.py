@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from evaluation.accuracy_log import read_accuracy_log, sha256_of_file
+from evaluation.accuracy_log import read_accuracy_log
 from evaluation.errors import EvaluationError
 from evaluation.longbench import pool_row_scores
 from evaluation.report import ReportPaths, verdict_table, write_reports
@@ -18,7 +18,9 @@ from evaluation.scoring import (
     score_summaries,
 )
 from evaluation.sentences import find_punkt
-from evaluation.targets import AccuracyTargets, Verdict, benchmark_family, judge, targets_for
+from evaluation.targets import AccuracyTargets, Verdict, judge, preset, targets_for
+from harness.benchmarks import AccuracySpec, Benchmark
+from harness.datasets import file_sha256
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -27,26 +29,6 @@ if TYPE_CHECKING:
 # Token ids are decoded in blocks: one batch_decode call per block keeps the Rust tokenizer
 # busy without holding the ids of the whole log.
 DECODE_BLOCK = 1024
-
-
-@dataclass(frozen=True)
-class ScoringSpec:
-    """How a benchmark family is scored and which reference script's output it reproduces."""
-
-    kind: str  # "summary" (CNN/DailyMail, OpenOrca) or "longbench" (405B mixed metrics)
-    target_column: str
-    report_style: str  # "cnn_dailymail", "open_orca" or "longbench"
-    dataset_hint: str
-
-
-SCORING_SPECS: dict[str, ScoringSpec] = {
-    "llama3.1-8b": ScoringSpec("summary", "output", "cnn_dailymail", "cnn_eval.json"),
-    "llama3.1-8b-edge": ScoringSpec(
-        "summary", "output", "cnn_dailymail", "sample_cnn_eval_5000.json"
-    ),
-    "llama2-70b": ScoringSpec("summary", "output", "open_orca", "the OpenOrca pickle"),
-    "llama3.1-405b": ScoringSpec("longbench", "gt_output", "longbench", "the 405B dataset pickle"),
-}
 
 
 @dataclass(frozen=True)
@@ -93,10 +75,13 @@ def evaluate(
     folder). Bad input raises EvaluationError with a one-line message.
     """
     targets = targets_for(benchmark, accuracy_level)
-    spec = SCORING_SPECS[benchmark_family(benchmark)]
+    bench = preset(benchmark)
+    spec = bench.accuracy
     log_path = Path(accuracy_log)
-    labels = _dataset_column(dataset, spec.target_column, benchmark, spec)
-    kinds = _dataset_column(dataset, "metric", benchmark, spec) if spec.kind == "longbench" else []
+    labels = _dataset_column(dataset, bench.schema.target_column, benchmark, spec)
+    kinds = (
+        _dataset_column(dataset, "metric", benchmark, spec) if spec.scoring == "longbench" else []
+    )
     punkt = find_punkt(nltk_data)
     text_tokenizer = load_tokenizer(tokenizer)
 
@@ -105,11 +90,11 @@ def evaluate(
         raise EvaluationError(
             f"accuracy log {log_path} holds no samples: re-run the test in accuracy mode"
         )
-    sample_targets = [_label(labels, index, spec) for index in decoded.qsl_indices]
+    sample_targets = [_label(labels, index, bench) for index in decoded.qsl_indices]
     n_workers = resolve_workers(workers, len(decoded.predictions))
 
     metrics: dict[str, float | int]
-    if spec.kind == "summary":
+    if spec.scoring == "summary":
         scores = score_summaries(
             decoded.predictions, sample_targets, punkt=punkt, workers=n_workers
         )
@@ -137,7 +122,7 @@ def evaluate(
     # window scaled to the samples scored; the whole dataset is judged as the checker does.
     targets = targets.for_samples(len(decoded.predictions))
     verdict = judge(targets, metrics)
-    log_sha256 = sha256_of_file(log_path)
+    log_sha256 = file_sha256(log_path)
     paths = write_reports(
         Path(output_dir) if output_dir is not None else log_path.parent,
         style=spec.report_style,
@@ -217,7 +202,7 @@ def _decode_block(
         ) from None
 
 
-def _dataset_column(dataset: Any, column: str, benchmark: str, spec: ScoringSpec) -> list[Any]:
+def _dataset_column(dataset: Any, column: str, benchmark: str, spec: AccuracySpec) -> list[Any]:
     if column not in getattr(dataset, "columns", ()):
         present = ", ".join(map(str, getattr(dataset, "columns", ()))) or "none"
         raise EvaluationError(
@@ -230,11 +215,12 @@ def _dataset_column(dataset: Any, column: str, benchmark: str, spec: ScoringSpec
     return list(dataset[column].tolist())
 
 
-def _label(labels: Sequence[Any], index: int, spec: ScoringSpec) -> str:
+def _label(labels: Sequence[Any], index: int, bench: Benchmark) -> str:
     value = labels[index]
     if not isinstance(value, str):
         raise EvaluationError(
-            f"dataset row {index} has no text in column {spec.target_column!r} "
-            f"(found {type(value).__name__}): pass {spec.dataset_hint} with reference outputs"
+            f"dataset row {index} has no text in column {bench.schema.target_column!r} "
+            f"(found {type(value).__name__}): pass {bench.accuracy.dataset_hint} with reference "
+            "outputs"
         )
     return value

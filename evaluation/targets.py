@@ -1,5 +1,8 @@
 """Accuracy targets of the MLPerf Inference submission checker, and the verdict against them.
 
+The values live in the preset registry (`harness.benchmarks`, each preset's AccuracySpec);
+this module turns them into the targets a score is judged by.
+
 Values are the checker's ``accuracy-target`` / ``accuracy-upper-limit`` tables (v6.0/v6.1):
 a metric passes when ``value >= reference * lower_fraction`` and, where an upper limit
 exists, ``value <= reference * upper_fraction``. Both bounds are inclusive and are computed
@@ -11,24 +14,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 
 from evaluation.errors import EvaluationError
+from harness.benchmarks import BENCHMARKS, Benchmark, Reference
 
 ACCURACY_LEVELS: tuple[str, ...] = ("99", "99.9")
 
 
 @dataclass(frozen=True)
-class MetricTarget:
-    """One checked metric: the key in our metrics dict, the checker's name, its bounds."""
+class MetricTarget(Reference):
+    """One checked metric as judged: the registry's reference (the key in our metrics dict,
+    the checker's name, its bounds), possibly scaled to a subset of the dataset."""
 
-    metric: str
-    checker_name: str
-    reference: float
-    lower_fraction: float
-    upper_fraction: float | None = None
-    # A total over the whole dataset (gen_len: characters of all predictions): its samples.
-    total_over: int | None = None
     scaled_from: float | None = None  # the checker's reference, when scaled to a subset
 
     def for_samples(self, samples: int) -> MetricTarget:
@@ -135,104 +133,31 @@ class Verdict:
         }
 
 
-def _rouge_family(rouge: Mapping[str, float], fraction: float) -> tuple[MetricTarget, ...]:
-    checker_names = {
-        "rouge1": "ROUGE1",
-        "rouge2": "ROUGE2",
-        "rougeL": "ROUGEL",
-        "rougeLsum": "ROUGELSUM",
-    }
-    return tuple(
-        MetricTarget(metric, checker_names[metric], reference, fraction)
-        for metric, reference in rouge.items()
-    )
-
-
-def _cnn_dailymail(
-    rouge: Mapping[str, float], gen_len: int, samples: int
-) -> tuple[MetricTarget, ...]:
-    # gen_len (characters of all postprocessed predictions) must stay within 90-110%.
-    return _rouge_family(rouge, 0.99) + (
-        MetricTarget("gen_len", "GEN_LEN", gen_len, 0.9, 1.1, total_over=samples),
-    )
-
-
-_LLAMA2_70B_ROUGE = {"rouge1": 44.4312, "rouge2": 22.0352, "rougeL": 28.6162}
-_LLAMA2_70B_TOKENS = MetricTarget("tokens_per_sample", "TOKENS_PER_SAMPLE", 294.45, 0.9, 1.1)
-
-# Keyed by (target family, accuracy level): the checker's model names and reference values.
-_TARGETS: dict[tuple[str, str], tuple[str, tuple[MetricTarget, ...]]] = {
-    ("llama3.1-8b", "99"): (
-        "llama3.1-8b",
-        _cnn_dailymail(
-            {"rouge1": 38.7792, "rouge2": 15.9075, "rougeL": 24.4957, "rougeLsum": 35.793},
-            8167644,
-            13368,
-        ),
-    ),
-    ("llama3.1-8b-edge", "99"): (
-        "llama3.1-8b-edge",
-        _cnn_dailymail(
-            {"rouge1": 39.06, "rouge2": 16.1147, "rougeL": 24.6375, "rougeLsum": 36.124},
-            3051113,
-            5000,
-        ),
-    ),
-    ("llama2-70b", "99"): (
-        "llama2-70b-99",
-        _rouge_family(_LLAMA2_70B_ROUGE, 0.99) + (_LLAMA2_70B_TOKENS,),
-    ),
-    ("llama2-70b", "99.9"): (
-        "llama2-70b-99.9",
-        _rouge_family(_LLAMA2_70B_ROUGE, 0.999) + (_LLAMA2_70B_TOKENS,),
-    ),
-    ("llama3.1-405b", "99"): (
-        "llama3.1-405b",
-        (
-            MetricTarget("rougeL", "ROUGEL", 21.6666, 0.99),
-            MetricTarget("exact_match", "exact_match", 90.1335, 0.99),
-            MetricTarget("tokens_per_sample", "TOKENS_PER_SAMPLE", 684.68, 0.9, 1.1),
-        ),
-    ),
-}
-
-# Benchmark (LoadGen / preset) name -> target family. Interactive variants are the same
-# model on the same dataset with tighter latency limits, so they share the targets.
-BENCHMARK_FAMILIES: dict[str, str] = {
-    "llama3_1-8b": "llama3.1-8b",
-    "llama3_1-8b-interactive": "llama3.1-8b",
-    "llama3_1-8b-edge": "llama3.1-8b-edge",
-    "llama2-70b": "llama2-70b",
-    "llama2-70b-interactive": "llama2-70b",
-    "llama3_1-405b": "llama3.1-405b",
-    "llama3_1-405b-interactive": "llama3.1-405b",
-}
-
-
 def known_benchmarks() -> tuple[str, ...]:
-    return tuple(BENCHMARK_FAMILIES)
+    return tuple(BENCHMARKS)
 
 
-def benchmark_family(benchmark: str) -> str:
-    try:
-        return BENCHMARK_FAMILIES[benchmark]
-    except KeyError:
+def preset(benchmark: str) -> Benchmark:
+    """The registry's preset; its `accuracy` holds the facts scoring and judging use."""
+    bench = BENCHMARKS.get(benchmark)
+    if bench is None:
         raise EvaluationError(
-            f"unknown benchmark {benchmark!r}: use one of {', '.join(BENCHMARK_FAMILIES)}"
-        ) from None
+            f"unknown benchmark {benchmark!r}: use one of {', '.join(BENCHMARKS)}"
+        )
+    return bench
 
 
 def targets_for(benchmark: str, accuracy_level: str = "99") -> AccuracyTargets:
     """The checker's targets for a benchmark at accuracy level "99" or "99.9"."""
-    family = benchmark_family(benchmark)
-    entry = _TARGETS.get((family, str(accuracy_level)))
-    if entry is None:
-        levels = [level for (fam, level) in _TARGETS if fam == family]
+    spec = preset(benchmark).accuracy
+    references = spec.references.get(str(accuracy_level))
+    if references is None:
         raise EvaluationError(
             f"benchmark {benchmark} has no {accuracy_level}% accuracy target: use "
-            f"--accuracy-level {' or '.join(levels)}"
+            f"--accuracy-level {' or '.join(spec.levels)}"
         )
-    checker_model, metrics = entry
+    metrics = tuple(MetricTarget(**asdict(r)) for r in references)
+    checker_model = spec.checker_models[str(accuracy_level)]
     return AccuracyTargets(benchmark, checker_model, str(accuracy_level), metrics)
 
 

@@ -1,12 +1,18 @@
 """Benchmark presets: every fact about an MLPerf LLM benchmark lives here as data.
 
 One frozen dataclass per benchmark, kept in a single registry, the way evaluation harnesses
-keep tasks as data. Nothing else in the project branches on model names.
-Numbers are those of LoadGen 6.0.x's mlperf.conf and the MLCommons reference implementations.
+keep tasks as data: names (ours, LoadGen's, the submission checker's), scenarios, sample
+counts, sampling, latency limits, the accuracy targets and how the outputs are scored.
+Nothing else in the project branches on model names or keeps its own table of them
+(tests/test_benchmarks.py checks that); `evaluation` reads the accuracy facts from here, and the
+submission rounds name the presets they accept.
+Numbers are those of LoadGen 6.0.x's mlperf.conf, the MLCommons reference implementations and
+the submission checker's accuracy tables (v6.0/v6.1).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
@@ -48,6 +54,35 @@ class LatencyLimits:
 
 
 @dataclass(frozen=True)
+class Reference:
+    """One metric the checker judges: our metric name, the checker's, the reference value and
+    the window `reference * lower_fraction <= value [<= reference * upper_fraction]`."""
+
+    metric: str
+    checker_name: str
+    reference: float
+    lower_fraction: float
+    upper_fraction: float | None = None
+    # A total over the whole dataset (gen_len: characters of all predictions): its samples.
+    total_over: int | None = None
+
+
+@dataclass(frozen=True)
+class AccuracySpec:
+    """How a benchmark's accuracy is scored and judged (evaluation reads it)."""
+
+    checker_models: Mapping[str, str]  # accuracy level -> the checker's model name
+    references: Mapping[str, tuple[Reference, ...]]  # accuracy level -> checked metrics
+    scoring: str  # "summary" (CNN/DailyMail, OpenOrca: ROUGE) or "longbench" (405B mix)
+    report_style: str  # the reference script whose accuracy.txt we write
+    dataset_hint: str  # the official dataset file, named in errors
+
+    @property
+    def levels(self) -> tuple[str, ...]:
+        return tuple(self.references)
+
+
+@dataclass(frozen=True)
 class Benchmark:
     name: str  # our preset name, also the LoadGen model name given to FromConfig
     loadgen_model: str
@@ -58,10 +93,10 @@ class Benchmark:
     performance_sample_count: int
     sampling: SamplingConfig
     scenarios: tuple[str, ...]
+    accuracy: AccuracySpec
     server_limits: LatencyLimits | None = None
-    # Which accuracy preset (evaluation.targets) applies: interactive variants share the base one.
+    # The preset whose accuracy run this is: interactive variants score as their base one.
     accuracy_preset: str = ""
-    accuracy_levels: tuple[str, ...] = ("99",)
     notes: str = ""
     extra: dict[str, str] = field(default_factory=dict)
 
@@ -77,6 +112,10 @@ class Benchmark:
     def supports(self, scenario: str) -> bool:
         return scenario in self.scenarios
 
+    @property
+    def accuracy_levels(self) -> tuple[str, ...]:
+        return self.accuracy.levels
+
 
 _CNN = DatasetSchema(prompt_column="tok_input", target_column="output", official_format="json")
 _ORCA = DatasetSchema(prompt_column="tok_input", target_column="output", official_format="pickle")
@@ -90,6 +129,45 @@ _MIX = DatasetSchema(
 _8B_SAMPLING = SamplingConfig(max_tokens=128)
 _70B_SAMPLING = SamplingConfig(max_tokens=1024)
 _405B_SAMPLING = SamplingConfig(max_tokens=2000)
+
+
+_ROUGE_NAMES = {
+    "rouge1": "ROUGE1",
+    "rouge2": "ROUGE2",
+    "rougeL": "ROUGEL",
+    "rougeLsum": "ROUGELSUM",
+}
+
+
+def _rouge(values: Mapping[str, float], fraction: float) -> tuple[Reference, ...]:
+    return tuple(Reference(m, _ROUGE_NAMES[m], v, fraction) for m, v in values.items())
+
+
+def _cnn_dailymail(rouge: Mapping[str, float], gen_len: int, samples: int) -> tuple[Reference, ...]:
+    # gen_len (characters of all postprocessed predictions) must stay within 90-110%.
+    return _rouge(rouge, 0.99) + (
+        Reference("gen_len", "GEN_LEN", gen_len, 0.9, 1.1, total_over=samples),
+    )
+
+
+def _accuracy(
+    checker_models: dict[str, str],
+    references: dict[str, tuple[Reference, ...]],
+    scoring: str,
+    report_style: str,
+    dataset_hint: str,
+) -> AccuracySpec:
+    return AccuracySpec(
+        MappingProxyType(checker_models),
+        MappingProxyType(references),
+        scoring,
+        report_style,
+        dataset_hint,
+    )
+
+
+_70B_ROUGE = {"rouge1": 44.4312, "rouge2": 22.0352, "rougeL": 28.6162}
+_70B_TOKENS = Reference("tokens_per_sample", "TOKENS_PER_SAMPLE", 294.45, 0.9, 1.1)
 
 
 def _interactive(base: Benchmark, limits: LatencyLimits) -> Benchmark:
@@ -115,6 +193,19 @@ def _presets() -> dict[str, Benchmark]:
         performance_sample_count=13368,
         sampling=_8B_SAMPLING,
         scenarios=("Offline", "Server", "Interactive"),
+        accuracy=_accuracy(
+            {"99": "llama3.1-8b"},
+            {
+                "99": _cnn_dailymail(
+                    {"rouge1": 38.7792, "rouge2": 15.9075, "rougeL": 24.4957, "rougeLsum": 35.793},
+                    8167644,
+                    13368,
+                )
+            },
+            "summary",
+            "cnn_dailymail",
+            "cnn_eval.json",
+        ),
         server_limits=LatencyLimits(2000, 100),
         accuracy_preset="llama3_1-8b",
     )
@@ -126,6 +217,19 @@ def _presets() -> dict[str, Benchmark]:
         total_sample_count=5000,
         performance_sample_count=5000,
         scenarios=("Offline", "SingleStream"),
+        accuracy=_accuracy(
+            {"99": "llama3.1-8b-edge"},
+            {
+                "99": _cnn_dailymail(
+                    {"rouge1": 39.06, "rouge2": 16.1147, "rougeL": 24.6375, "rougeLsum": 36.124},
+                    3051113,
+                    5000,
+                )
+            },
+            "summary",
+            "cnn_dailymail",
+            "sample_cnn_eval_5000.json",
+        ),
         server_limits=None,
         accuracy_preset="llama3_1-8b-edge",
     )
@@ -140,9 +244,18 @@ def _presets() -> dict[str, Benchmark]:
         performance_sample_count=24576,
         sampling=_70B_SAMPLING,
         scenarios=("Offline", "Server", "Interactive"),
+        accuracy=_accuracy(
+            {"99": "llama2-70b-99", "99.9": "llama2-70b-99.9"},
+            {
+                "99": _rouge(_70B_ROUGE, 0.99) + (_70B_TOKENS,),
+                "99.9": _rouge(_70B_ROUGE, 0.999) + (_70B_TOKENS,),
+            },
+            "summary",
+            "open_orca",
+            "the OpenOrca pickle",
+        ),
         server_limits=LatencyLimits(2000, 200),
         accuracy_preset="llama2-70b",
-        accuracy_levels=("99", "99.9"),
     )
     llama3_405b = Benchmark(
         name="llama3_1-405b",
@@ -155,6 +268,19 @@ def _presets() -> dict[str, Benchmark]:
         performance_sample_count=8313,
         sampling=_405B_SAMPLING,
         scenarios=("Offline", "Server", "Interactive"),
+        accuracy=_accuracy(
+            {"99": "llama3.1-405b"},
+            {
+                "99": (
+                    Reference("rougeL", "ROUGEL", 21.6666, 0.99),
+                    Reference("exact_match", "exact_match", 90.1335, 0.99),
+                    Reference("tokens_per_sample", "TOKENS_PER_SAMPLE", 684.68, 0.9, 1.1),
+                )
+            },
+            "longbench",
+            "longbench",
+            "the 405B dataset pickle",
+        ),
         server_limits=LatencyLimits(6000, 175),
         accuracy_preset="llama3_1-405b",
     )

@@ -11,29 +11,87 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, overload
 
 from harness.benchmarks import Benchmark
 from harness.errors import UsageError
 
 if TYPE_CHECKING:
+    import numpy as np
     import pandas as pd
 
 PICKLE_SUFFIXES = (".pkl", ".pickle")
+
+
+class TokenPrompts(Sequence[list[int]]):
+    """Every prompt's token ids in one flat integer array plus offsets: `prompts[i]` is sample
+    index i's ids as a fresh list of ints. 4 bytes a token (int32; int64 only for ids beyond
+    its range) instead of a Python list per prompt beside the frame's own column: for 405B's
+    8,313 long prompts that is the difference between megabytes and gigabytes."""
+
+    def __init__(self, flat: np.ndarray, offsets: np.ndarray):
+        self.flat = flat
+        self.offsets = offsets  # len(self) + 1 positions into flat
+
+    @classmethod
+    def pack(cls, prompts: Sequence[np.ndarray]) -> TokenPrompts:
+        import numpy as np
+
+        lengths = np.fromiter((len(p) for p in prompts), dtype=np.int64, count=len(prompts))
+        offsets = np.zeros(len(prompts) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        flat = np.concatenate(prompts) if prompts else np.zeros(0, dtype=np.int64)
+        info = np.iinfo(np.int32)
+        if flat.size == 0 or (flat.min() >= info.min and flat.max() <= info.max):
+            flat = flat.astype(np.int32)
+        return cls(flat, offsets)
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    @overload
+    def __getitem__(self, index: int) -> list[int]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[list[int]]: ...
+
+    def __getitem__(self, index: int | slice) -> list[int] | list[list[int]]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        n = len(self)
+        if index < 0:
+            index += n
+        if not 0 <= index < n:
+            raise IndexError(f"prompt index {index} out of range for {n} prompts")
+        return self.flat[self.offsets[index] : self.offsets[index + 1]].tolist()
+
+    def lengths(self) -> list[int]:
+        return (self.offsets[1:] - self.offsets[:-1]).tolist()
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, TokenPrompts):
+            return len(self) == len(other) and bool(
+                (self.offsets == other.offsets).all() and (self.flat == other.flat).all()
+            )
+        if isinstance(other, Sequence) and not isinstance(other, str):
+            return len(self) == len(other) and all(self[i] == list(p) for i, p in enumerate(other))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # mutable arrays inside, like a list
 
 
 @dataclass(frozen=True)
 class LoadedDataset:
     path: Path
     frame: pd.DataFrame
-    prompts: list[list[int]]  # token ids per sample index
+    prompts: TokenPrompts  # token ids per sample index
 
     @property
     def size(self) -> int:
         return len(self.prompts)
 
     def input_lengths(self) -> list[int]:
-        return [len(p) for p in self.prompts]
+        return self.prompts.lengths()
 
 
 def file_sha256(path: str | Path, chunk: int = 1 << 20) -> str:
@@ -88,7 +146,7 @@ def read_frame(path: str | Path, *, allow_pickle: bool = False) -> pd.DataFrame:
     return frame
 
 
-def _as_token_list(value, row: int, column: str, path: Path) -> list[int]:
+def _as_token_array(value, row: int, column: str, path: Path) -> np.ndarray:
     import numpy as np
 
     if isinstance(value, str):
@@ -112,7 +170,7 @@ def _as_token_list(value, row: int, column: str, path: Path) -> list[int]:
                 f"dataset {path}: row {row} column {column!r} has non-integer token ids "
                 f"(dtype {arr.dtype}): token ids must be integers"
             )
-    return arr.astype(np.int64).tolist()
+    return arr.astype(np.int64)
 
 
 def load_dataset(
@@ -139,7 +197,9 @@ def load_dataset(
             f"dataset {p} lacks column(s) {', '.join(map(repr, missing))} needed by {bench.name} "
             f"(has {', '.join(map(str, frame.columns))}): use the benchmark's preprocessed file"
         )
-    prompts = [_as_token_list(v, i, col, p) for i, v in enumerate(frame[col].tolist())]
+    prompts = TokenPrompts.pack(
+        [_as_token_array(v, i, col, p) for i, v in enumerate(frame[col].tolist())]
+    )
     return LoadedDataset(path=p, frame=frame.reset_index(drop=True), prompts=prompts)
 
 

@@ -40,14 +40,14 @@ def nltk_root(tmp_path_factory) -> str:
 
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory) -> Path:
-    from harness.assets import build_tiny_model
+    from harness.assets.synthetic import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("assets") / "tiny-llama")
 
 
 @pytest.fixture(scope="session")
 def tiny_dataset(tiny_model, tmp_path_factory) -> Path:
-    from harness.assets import build_synthetic_dataset
+    from harness.assets.synthetic import build_synthetic_dataset
 
     out = tmp_path_factory.mktemp("data") / "cnn_tiny.json"
     return build_synthetic_dataset("llama3_1-8b", tiny_model, out, samples=24, seed=1)

@@ -116,8 +116,8 @@ def _settings(lg, streaming: bool):
 def main(case: str, out: Path) -> None:
     import mlperf_loadgen as lg
 
-    from harness.runner import EngineFailure, run_loadgen_test
-    from harness.settings import build_log_settings
+    from harness.run.runner import EngineFailure, run_loadgen_test
+    from harness.run.settings import build_log_settings
     from sut import responses
     from sut.qsl import TokenQSL
 

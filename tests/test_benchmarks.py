@@ -53,3 +53,56 @@ def test_unknown_benchmark_and_unsupported_scenario_are_clear():
         resolve("llama2-70b", "SingleStream")
     with pytest.raises(ValueError, match="no Offline"):
         resolve("llama3_1-8b-interactive", "Offline")
+
+
+# Files that may name a benchmark as a string, and why: each names presets, it keeps no facts.
+NAME_ALLOW_LIST = {
+    "harness/submission/rounds.py": "which presets each submission round accepts",
+    "harness/cli/demo.py": "the one preset the demo runs",
+    "harness/cli/assets.py": "make-dataset's default --benchmark",
+    "bench/offline_overhead.py": "the preset a benchmark script measures",
+    "bench/server_capacity.py": "the preset a benchmark script measures",
+}
+
+
+def _registry_names() -> set[str]:
+    names = set()
+    for b in BENCHMARKS.values():
+        names |= {b.name, b.loadgen_model, b.accuracy_preset, *b.accuracy.checker_models.values()}
+    return names
+
+
+def test_no_other_table_of_model_names_exists():
+    """Every benchmark fact derives from the registry: outside harness/benchmarks.py no source
+    file spells a benchmark's name (ours, LoadGen's or the checker's) as a string of its own,
+    but for the allow-list above; help texts and docstrings mention names inside longer text."""
+    import ast
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parent.parent
+    names = _registry_names()
+    found: dict[str, list[str]] = {}
+    for folder in ("sut", "harness", "evaluation", "bench"):
+        for path in sorted((repo / folder).rglob("*.py")):
+            rel = path.relative_to(repo).as_posix()
+            if rel == "harness/benchmarks.py" or "__pycache__" in path.parts:
+                continue
+            for node in ast.walk(ast.parse(path.read_text(), rel)):
+                if isinstance(node, ast.Constant) and node.value in names:
+                    found.setdefault(rel, []).append(f"{rel}:{node.lineno} {node.value!r}")
+    unexpected = [hit for rel, hits in found.items() if rel not in NAME_ALLOW_LIST for hit in hits]
+    assert not unexpected, "benchmark names outside the registry: " + "; ".join(unexpected)
+    assert len(found.get("harness/cli/demo.py", [])) <= 1  # one constant, not a table
+
+
+def test_accuracy_facts_come_from_the_registry():
+    from evaluation.targets import known_benchmarks, targets_for
+    from harness.submission.rounds import ROUNDS
+
+    assert known_benchmarks() == tuple(BENCHMARKS)
+    for b in BENCHMARKS.values():
+        for level, checker_model in b.accuracy.checker_models.items():
+            assert targets_for(b.name, level).checker_model == checker_model
+    for r in ROUNDS:
+        for m in r.models:
+            assert m.folder == BENCHMARKS[m.preset].accuracy.checker_models[m.accuracy_level]

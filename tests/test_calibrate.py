@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.calibrate import conf_key_lines, latency_ok, search_qps
+from harness.submission.calibrate import conf_key_lines, latency_ok, search_qps
 from tests.conftest import cli
 
 

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from harness.cli import main
-from harness.compliance import check_test06, run_test06, trailing_eos
 from harness.errors import UsageError
+from harness.submission.compliance import check_test06, run_test06, trailing_eos
 
 EOS = 1
 

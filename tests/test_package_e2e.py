@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from harness.checker import check_submission_tree
 from harness.errors import UsageError
-from harness.logs import DETAIL_LOG, parse_detail_log
-from harness.package import PackageRequest, package
-from harness.rounds import ROUND_NAMES, get_round
+from harness.run.logs import DETAIL_LOG, parse_detail_log
+from harness.submission.checker import check_submission_tree
+from harness.submission.package import PackageRequest, package
+from harness.submission.rounds import ROUND_NAMES, get_round
 from tests.conftest import REPO, SMOKE, cli, run_args
 
 pytestmark = pytest.mark.e2e

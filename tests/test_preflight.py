@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from harness.benchmarks import get_benchmark
-from harness.preflight import (
+from harness.submission.preflight import (
     SEED_KEYS,
     EffectiveSettings,
     RunFacts,
@@ -169,7 +169,7 @@ def test_stray_audit_files(tmp_path):
 _READ_SETTINGS = textwrap.dedent("""
     import json, sys
     import mlperf_loadgen as lg
-    from harness.preflight import effective_settings
+    from harness.submission.preflight import effective_settings
     s = lg.TestSettings()
     s.scenario = getattr(lg.TestScenario, sys.argv[3])
     assert s.FromConfig(sys.argv[1], sys.argv[2], sys.argv[3], 1) == 0

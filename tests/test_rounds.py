@@ -9,7 +9,14 @@ import pytest
 
 from harness.benchmarks import BENCHMARKS
 from harness.errors import UsageError
-from harness.rounds import ROUND_NAMES, ROUNDS, choose_round, folder_for, get_round, round_of_seeds
+from harness.submission.rounds import (
+    ROUND_NAMES,
+    ROUNDS,
+    choose_round,
+    folder_for,
+    get_round,
+    round_of_seeds,
+)
 from tests.conftest import cli
 
 
@@ -77,7 +84,7 @@ def test_unknown_levels_and_rounds_are_usage_errors():
 def test_installed_loadgen_carries_the_v61_seeds():
     """LoadGen 6.0.16+ has round v6.1's seeds in its built-in mlperf.conf: a run made with it
     checks for v6.1 and fails v6.0's seeds rule (test_package_e2e shows the tree side)."""
-    from harness.preflight import reference_seeds
+    from harness.submission.preflight import reference_seeds
 
     seeds = reference_seeds()
     assert seeds is not None and round_of_seeds(seeds) == "v6.1"
@@ -85,7 +92,7 @@ def test_installed_loadgen_carries_the_v61_seeds():
 
 
 def test_preflight_judges_seeds_by_the_round():
-    from harness.preflight import EffectiveSettings, RunFacts, check
+    from harness.submission.preflight import EffectiveSettings, RunFacts, check
 
     bench = BENCHMARKS["llama3_1-405b"]
     v61 = dict(get_round("v6.1").seeds)

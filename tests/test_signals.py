@@ -13,7 +13,7 @@ import time
 import psutil
 import pytest
 
-from harness.children import EXIT_TIMEOUT, run_child
+from harness.proc.children import EXIT_TIMEOUT, run_child
 from tests.conftest import REPO
 from tests.procs import alive, wait_for
 
@@ -22,7 +22,7 @@ from tests.procs import alive, wait_for
 SLOW_SHUTDOWN = textwrap.dedent(
     """
     import subprocess, sys, time
-    from harness import signals
+    from harness.proc import signals
     signals.install()
     child = subprocess.Popen(["sleep", "300"])
     print(child.pid, flush=True)

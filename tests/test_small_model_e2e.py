@@ -31,7 +31,7 @@ ROUGE1_FLOOR = 35.0
 
 @pytest.fixture(scope="module")
 def small_model() -> Path:
-    from harness.small_model import build_small_model
+    from harness.assets.small_model import build_small_model
 
     return build_small_model(REPO / ".cache" / "mlperf-vllm" / "smollm2-135m-instruct")
 

@@ -30,7 +30,7 @@ def server(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def small_dataset(tiny_model, tmp_path_factory) -> Path:
-    from harness.assets import build_synthetic_dataset
+    from harness.assets.synthetic import build_synthetic_dataset
 
     out = tmp_path_factory.mktemp("sweep-data") / "cnn_12.json"
     return build_synthetic_dataset("llama3_1-8b", tiny_model, out, samples=12, seed=3)

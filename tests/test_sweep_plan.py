@@ -12,22 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from harness.sweep import (
-    SINGLE_RUN,
-    PlanError,
-    RepeatOutcome,
-    Sweep,
-    SweepOptions,
-    add_sweep_arguments,
-    confounding,
-    engine_message,
-    make_config,
-    markdown_table,
-    no_op,
-    noise_verdict,
-    parse_plan,
-    write_reports,
-)
+from harness.cli.sweep import add_sweep_arguments
+from harness.sweep.execute import Sweep, SweepOptions, engine_message
+from harness.sweep.plan import SINGLE_RUN, PlanError, make_config, parse_plan
+from harness.sweep.report import markdown_table, write_reports
+from harness.sweep.stats import RepeatOutcome, confounding, no_op, noise_verdict
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -444,13 +433,13 @@ def test_two_repeats_by_default_and_the_noise_band_is_reported(tmp_path):
     assert by["b"].noise_verdict == "better"
     table = markdown_table(rows, "isolation")
     assert "within noise (band ±2.0%)" in table and "better (band ±2.0%)" in table
-    from harness.sweep import RULES
+    from harness.sweep.report import RULES
 
     assert "below the measured noise" in RULES and "no-op" in RULES.lower()
 
 
 def test_price_per_hour_reaches_every_run_and_the_rows(tmp_path):
-    from harness.sweep import run_command
+    from harness.sweep.execute import run_command
 
     plan = _stack_plan(tmp_path)
     opts = SweepOptions(output=tmp_path / "out", repeats=1, price_per_hour=2.0)
@@ -474,7 +463,7 @@ def test_price_per_hour_reaches_every_run_and_the_rows(tmp_path):
 
 
 def test_sut_option_knobs_reach_the_run_and_are_guarded(tmp_path):
-    from harness.sweep import run_command
+    from harness.sweep.execute import run_command
 
     plan = parse_plan(
         _plan(

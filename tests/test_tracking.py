@@ -14,6 +14,7 @@ from mlflow_server import free_port
 
 from harness import tracking
 from harness.errors import UsageError
+from harness.tracking import store
 
 
 def test_sanitize_key_keeps_valid_names_and_fixes_bad_ones():
@@ -28,9 +29,9 @@ def test_sanitize_key_keeps_valid_names_and_fixes_bad_ones():
 
 
 def test_long_values_are_truncated_not_rejected():
-    s = tracking._text("x" * 10_000, tracking.MAX_PARAM_CHARS)
+    s = store._text("x" * 10_000, tracking.MAX_PARAM_CHARS)
     assert len(s) == tracking.MAX_PARAM_CHARS and s.endswith("chars]")
-    assert tracking._text({"b": 1, "a": [1, 2]}, 100) == '{"a": [1, 2], "b": 1}'
+    assert store._text({"b": 1, "a": [1, 2]}, 100) == '{"a": [1, 2], "b": 1}'
 
 
 def test_resolve_tracking_precedence(tmp_path, monkeypatch):

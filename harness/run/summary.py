@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
+
+from harness.run.result import RunResult
 
 
 def _fmt(v: Any, unit: str = "", digits: int = 1) -> str:
@@ -13,31 +16,32 @@ def _fmt(v: Any, unit: str = "", digits: int = 1) -> str:
     return f"{v}{unit}"
 
 
-def result_rows(result: dict[str, Any]) -> list[tuple[str, str]]:
+def result_rows(run: RunResult | Mapping[str, Any]) -> list[tuple[str, str]]:
+    result = RunResult.coerce(run)
     rows: list[tuple[str, str]] = [
-        ("benchmark", f"{result['benchmark']} ({result['loadgen_model']})"),
-        ("scenario / mode", f"{result['scenario']} / {result['mode']}"),
-        ("status", str(result.get("status"))),
+        ("benchmark", f"{result.benchmark} ({result.loadgen_model})"),
+        ("scenario / mode", f"{result.scenario} / {result.mode}"),
+        ("status", str(result.status)),
     ]
-    options = result.get("sut_options") or {}
+    options = result.sut_options or {}
     if options.get("offline_order", "arrival") != "arrival":
         rows.append(("sample order", f"{options['offline_order']} (by prompt length)"))
-    if result.get("warmup"):
-        w = result["warmup"]
+    if result.warmup:
+        w = result.warmup
         rows.append(
             ("warm-up", f"{w['finished']} of {w['samples']} samples in {w['s']} s, untimed")
         )
-    perf = result.get("performance")
+    perf = result.performance
     if perf:
         rows.append(("validity", perf["validity"]))
         for reason in perf.get("invalid_reasons") or []:
             rows.append(("  why", reason))
-        if result.get("not_compliant"):  # VALID under a smoke conf is still no submission result
+        if result.not_compliant:  # VALID under a smoke conf is still no submission result
             rows.append(
                 (
                     "submission",
-                    f"NOT COMPLIANT for round {result.get('round', '?')}: "
-                    + ", ".join(result["not_compliant"])
+                    f"NOT COMPLIANT for round {result.round or '?'}: "
+                    + ", ".join(result.not_compliant)
                     + " (see the warning above)",
                 )
             )
@@ -70,7 +74,7 @@ def result_rows(result: dict[str, Any]) -> list[tuple[str, str]]:
             rows.append(("early stopping", "met" if perf["early_stopping_met"] else "NOT met"))
         for failed in perf.get("failed_constraints") or []:
             rows.append(("  failed", failed))
-        stats = result.get("sut_stats") or {}
+        stats = result.sut_stats or {}
         if perf["scenario"] != "Offline" and "peak_engine_in_flight" in stats:
             rows.append(
                 (
@@ -78,7 +82,7 @@ def result_rows(result: dict[str, Any]) -> list[tuple[str, str]]:
                     f"{stats['peak_engine_in_flight']} queries in the engine at once",
                 )
             )
-    acc = result.get("accuracy")
+    acc = result.accuracy
     if acc:
         if acc.get("evaluation_error"):
             rows.append(("accuracy", f"not evaluated: {acc['evaluation_error']}"))
@@ -88,8 +92,8 @@ def result_rows(result: dict[str, Any]) -> list[tuple[str, str]]:
                 rows.append((f"  {k}", _fmt(v, digits=4)))
         else:
             rows.append(("accuracy log", acc.get("log", "-")))
-    if result.get("error"):
-        rows.append(("error", result["error"]))
+    if result.error:
+        rows.append(("error", result.error))
     return rows
 
 
@@ -99,7 +103,7 @@ def _limit_ok(value: float | None, limit: float | None) -> str:
     return "ok" if value <= limit else "OVER"
 
 
-def render_result(result: dict[str, Any]) -> str:
+def render_result(result: RunResult) -> str:
     from io import StringIO
 
     from rich.console import Console
@@ -113,7 +117,7 @@ def render_result(result: dict[str, Any]) -> str:
     buf = StringIO()
     Console(file=buf, width=110, force_terminal=False).print(table)
     text = buf.getvalue()
-    acc = result.get("accuracy") or {}
+    acc = result.accuracy or {}
     if acc.get("table"):
         text += "\n" + acc["table"] + "\n"
     return text

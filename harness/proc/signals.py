@@ -4,7 +4,7 @@ the main thread (so the run shuts its engine down, keeps its LoadGen logs, recor
 
 A job scheduler sends SIGTERM, a terminal Ctrl-C sends SIGINT: to the whole process group
 from a terminal, often to the main process only from a scheduler. Children that `sweep` and
-`calibrate` start run in their own process group (harness.children) and get the signal
+`calibrate` start run in their own process group (harness.proc.children) and get the signal
 forwarded there.
 """
 

@@ -85,7 +85,7 @@ class PerformanceResult:
         return asdict(self)
 
 
-def _ns_to_ms(v: Any) -> float | None:
+def ns_to_ms(v: Any) -> float | None:
     return float(v) / 1e6 if isinstance(v, (int, float)) else None
 
 
@@ -93,9 +93,12 @@ def _num(v: Any) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
-def performance_result(log_dir: str | Path) -> PerformanceResult:
+def performance_result(log_dir: str | Path, detail: DetailLog | None = None) -> PerformanceResult:
+    """The performance test's result from its logs; `detail`: the detail log, when the caller
+    parsed it already."""
     d = Path(log_dir)
-    detail = parse_detail_log(d / DETAIL_LOG)
+    if detail is None:
+        detail = parse_detail_log(d / DETAIL_LOG)
     v = detail.values
     scenario = str(v.get("effective_scenario") or v.get("requested_scenario") or "")
     validity = v.get("result_validity")
@@ -140,8 +143,8 @@ def performance_result(log_dir: str | Path) -> PerformanceResult:
     # LoadGen logs the token-latency limits (ns) only as requested_server_*_latency; they are
     # applied unchanged, and only the Server scenario (Server and Interactive) checks them.
     server = scenario == "Server"
-    ttft_lim = _ns_to_ms(v.get("requested_server_ttft_latency")) if server else None
-    tpot_lim = _ns_to_ms(v.get("requested_server_tpot_latency")) if server else None
+    ttft_lim = ns_to_ms(v.get("requested_server_ttft_latency")) if server else None
+    tpot_lim = ns_to_ms(v.get("requested_server_tpot_latency")) if server else None
     return PerformanceResult(
         scenario=scenario,
         validity=validity,
@@ -153,10 +156,10 @@ def performance_result(log_dir: str | Path) -> PerformanceResult:
         query_count=v.get("result_query_count")
         if isinstance(v.get("result_query_count"), int)
         else None,
-        ttft_p99_ms=_ns_to_ms(v.get("result_first_token_99.00_percentile_latency_ns")),
-        tpot_p99_ms=_ns_to_ms(v.get("result_time_per_output_token_99.00_percentile_ns")),
-        latency_p99_ms=_ns_to_ms(v.get("result_99.00_percentile_latency_ns")),
-        latency_p90_ms=_ns_to_ms(v.get("result_90.00_percentile_latency_ns")),
+        ttft_p99_ms=ns_to_ms(v.get("result_first_token_99.00_percentile_latency_ns")),
+        tpot_p99_ms=ns_to_ms(v.get("result_time_per_output_token_99.00_percentile_ns")),
+        latency_p99_ms=ns_to_ms(v.get("result_99.00_percentile_latency_ns")),
+        latency_p90_ms=ns_to_ms(v.get("result_90.00_percentile_latency_ns")),
         ttft_limit_ms=ttft_lim,
         tpot_limit_ms=tpot_lim,
         early_stopping_met=v.get("early_stopping_met"),

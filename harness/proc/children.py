@@ -49,7 +49,7 @@ def run_child(
     timeout_s: float | None = None,
 ) -> int:
     """Run `cmd` in a new process group; its exit code, or EXIT_TIMEOUT after `timeout_s`.
-    KeyboardInterrupt (Ctrl-C, or SIGTERM through harness.signals) ends the group and is
+    KeyboardInterrupt (Ctrl-C, or SIGTERM through harness.proc.signals) ends the group and is
     re-raised."""
     proc = subprocess.Popen(
         list(cmd),

@@ -29,7 +29,8 @@ from pathlib import Path
 import numpy as np
 
 from harness.errors import UsageError
-from harness.logs import ACCURACY_LOG, DETAIL_LOG, parse_detail_log
+from harness.run.logs import ACCURACY_LOG, DETAIL_LOG, parse_detail_log
+from harness.run.result import RESULT_FILE, RunResult
 
 VERIFY_FILE = "verify_accuracy.txt"
 DTYPES = {"int32": np.int32, "int64": np.int64, "int16": np.int16, "float32": np.float32}
@@ -178,12 +179,10 @@ def scenario_of(log_dir: Path) -> str | None:
 def model_of_run(log_dir: Path) -> str | None:
     """The --model of the `mlperf-vllm run` that wrote these logs (its result.json)."""
     for folder in (log_dir, log_dir.parent):
-        f = folder / "result.json"
+        f = folder / RESULT_FILE
         if f.is_file():
-            try:
-                return json.loads(f.read_text()).get("model")
-            except json.JSONDecodeError:
-                return None
+            result = RunResult.read(f)
+            return result.model if result is not None and result.has("model") else None
     return None
 
 

@@ -1,5 +1,5 @@
 """The submission commands of `mlperf-vllm`: package, check-submission, rounds, and the
-`--round` argument they share with `run` (design.md holds the contract)."""
+`--round` argument they share with `run`."""
 
 from __future__ import annotations
 
@@ -7,14 +7,14 @@ import argparse
 import sys
 from pathlib import Path
 
+from harness.benchmarks import SCENARIOS
+from harness.cli.common import EXIT_OK, EXIT_STRICT
 from harness.errors import UsageError
-from harness.rounds import RoundChoice
-
-EXIT_OK, EXIT_STRICT = 0, 3
+from harness.submission.rounds import RoundChoice
 
 
 def add_round_argument(p: argparse.ArgumentParser) -> None:
-    from harness.rounds import ROUND_NAMES
+    from harness.submission.rounds import ROUND_NAMES
 
     p.add_argument(
         "--round",
@@ -27,7 +27,7 @@ def add_round_argument(p: argparse.ArgumentParser) -> None:
 def choose_round_for(args: argparse.Namespace, benchmark: str) -> RoundChoice:
     """The submission round, checked before anything else happens (exit 2 if refused)."""
     from harness.benchmarks import get_benchmark
-    from harness.rounds import choose_round
+    from harness.submission.rounds import choose_round
 
     try:
         get_benchmark(benchmark)
@@ -75,7 +75,7 @@ def add_package_commands(sub) -> None:
         "--benchmark",
         help="show only this benchmark's rows (with --scenario); every rule still counts",
     )
-    chk.add_argument("--scenario", choices=["Offline", "Server", "Interactive", "SingleStream"])
+    chk.add_argument("--scenario", choices=SCENARIOS)
     chk.add_argument("--accuracy-level", default="99", choices=["99", "99.9"])
     chk.add_argument(
         "--structure-only",
@@ -103,7 +103,7 @@ def _pairs(items: list[str], flag: str) -> dict[str, str]:
 
 
 def cmd_package(args: argparse.Namespace) -> int:
-    from harness.package import PackageRequest, package
+    from harness.submission.package import PackageRequest, package
 
     report = package(
         PackageRequest(
@@ -125,7 +125,7 @@ def cmd_package(args: argparse.Namespace) -> int:
         f"packaged {len(report.written)} files into {report.scenario_dir} for {report.round_note}"
     )
     if report.todo:
-        from harness.checker import fill_in_hint
+        from harness.submission.checker import fill_in_hint
 
         print(
             f"to fill in systems/{args.system}.json (empty to the checker: absent, 0 or blank; "
@@ -137,8 +137,8 @@ def cmd_package(args: argparse.Namespace) -> int:
 
 
 def cmd_check_submission(args: argparse.Namespace) -> int:
-    from harness.checker import check_submission_tree, focus, render_checks, summary_line
-    from harness.rounds import folder_for
+    from harness.submission.checker import check_submission_tree, focus, render_checks, summary_line
+    from harness.submission.rounds import folder_for
 
     if (args.benchmark is None) != (args.scenario is None):
         raise UsageError("--benchmark and --scenario go together: pass both or neither")
@@ -163,7 +163,7 @@ def cmd_check_submission(args: argparse.Namespace) -> int:
 
 
 def cmd_rounds(args: argparse.Namespace) -> int:
-    from harness.rounds import ROUNDS
+    from harness.submission.rounds import ROUNDS
 
     if args.benchmark:
         print(choose_round_for(args, args.benchmark).note)

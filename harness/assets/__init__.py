@@ -1,0 +1,1 @@
+"""Local assets: the random-weight tiny model, synthetic datasets, the real small model."""

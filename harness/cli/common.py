@@ -1,0 +1,39 @@
+"""What several commands share: exit codes, the MLflow arguments, the --strict exit code."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping
+from typing import Any
+
+EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_STRICT = 0, 1, 2, 3
+
+
+def add_mlflow_arguments(p: argparse.ArgumentParser, experiment: str | None = None) -> None:
+    p.add_argument(
+        "--mlflow-uri",
+        help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, "
+        "else sqlite:///mlflow.db in the working directory)",
+    )
+    p.add_argument(
+        "--experiment",
+        default=experiment,
+        help="MLflow experiment name (default: $MLFLOW_EXPERIMENT_NAME, else mlperf-vllm)",
+    )
+    p.add_argument("--no-mlflow", action="store_true", help="do not log to MLflow")
+
+
+def strict_code(
+    args: argparse.Namespace,
+    performance: Mapping[str, Any] | None,
+    accuracy: Mapping[str, Any] | None,
+) -> int:
+    """--strict: exit 3 when the performance test ran and is not VALID, or the accuracy test
+    ran and is not PASS (not scored counts as not PASS)."""
+    if not getattr(args, "strict", False):
+        return EXIT_OK
+    if performance and performance.get("validity") != "VALID":
+        return EXIT_STRICT
+    if accuracy and accuracy.get("verdict") != "PASS":
+        return EXIT_STRICT
+    return EXIT_OK

@@ -1,0 +1,31 @@
+"""`mlperf-vllm log-run DIR`: log a finished output folder to MLflow (again)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from harness.cli.common import EXIT_OK, add_mlflow_arguments
+from harness.errors import UsageError
+
+
+def add_parser(sub) -> None:
+    relog = sub.add_parser("log-run", help="log a finished --output folder to MLflow (again)")
+    relog.add_argument("dir", type=Path, help="the --output folder of an `mlperf-vllm run`")
+    relog.add_argument("--run-name", help="MLflow run name (default: benchmark scenario mode)")
+    add_mlflow_arguments(relog)
+
+
+def cmd_log_run(args: argparse.Namespace) -> int:
+    from harness import tracking
+
+    cfg = tracking.resolve_tracking(args)
+    if not cfg.enabled:
+        raise UsageError("log-run logs to MLflow: drop --no-mlflow")
+    run, logged = tracking.relog(cfg, args.dir, name=args.run_name)
+    print(
+        f"logged {args.dir} as MLflow run {run.run_id} in experiment {cfg.experiment!r} "
+        f"at {cfg.uri}: {logged.params} params, {logged.metrics} metrics, "
+        f"{len(logged.artifacts)} files"
+    )
+    return EXIT_OK

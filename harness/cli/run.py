@@ -1,0 +1,184 @@
+"""`mlperf-vllm run`: one LoadGen run (performance, accuracy or both); its arguments, vLLM's
+engine flags among them."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from harness.benchmarks import SCENARIOS
+from harness.cli.common import EXIT_ERROR, add_mlflow_arguments, strict_code
+from harness.cli.submission import add_round_argument, choose_round_for
+from harness.errors import UsageError
+
+
+def add_parser(sub) -> None:
+    run = sub.add_parser(
+        "run",
+        help="one LoadGen run (performance, accuracy or both)",
+        description="Unrecognised --flags are parsed as vLLM engine flags "
+        "(the ones `vllm serve` takes), e.g. --max-num-seqs 256.",
+    )
+    _add_run_arguments(run)
+
+
+def _add_run_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--benchmark", required=True, help="preset, e.g. llama3_1-8b, llama2-70b")
+    p.add_argument("--scenario", required=True, choices=SCENARIOS)
+    p.add_argument("--mode", default="performance", choices=["performance", "accuracy", "both"])
+    p.add_argument("--model", required=True, type=Path, help="local checkpoint folder")
+    p.add_argument(
+        "--dataset",
+        required=True,
+        type=Path,
+        help="preprocessed dataset (.json, .jsonl, .parquet, .pkl with --allow-pickle)",
+    )
+    p.add_argument("--output", required=True, type=Path, help="folder for logs and results")
+    p.add_argument("--user-conf", type=Path, help="LoadGen user.conf (see user_confs/)")
+    p.add_argument("--audit-config", type=Path, help="compliance audit.config (e.g. TEST06)")
+    p.add_argument(
+        "--engine-arg",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="any vLLM engine argument, typed by vLLM (repeatable)",
+    )
+    p.add_argument("--tensor-parallel-size", type=int)
+    p.add_argument("--pipeline-parallel-size", type=int)
+    p.add_argument("--data-parallel-size", type=int)
+    p.add_argument("--max-tokens", type=int, help="override the benchmark's output cap")
+    p.add_argument(
+        "--ignore-eos",
+        action="store_true",
+        help="fixed-length outputs, for weights-free throughput runs only",
+    )
+    p.add_argument(
+        "--allow-pickle",
+        action="store_true",
+        help="allow loading .pkl datasets (unpickling runs code from the file)",
+    )
+    p.add_argument("--accuracy-level", default="99", choices=["99", "99.9"])
+    add_round_argument(p)
+    p.add_argument(
+        "--offline-order",
+        default="arrival",
+        choices=["arrival", "longest-first", "shortest-first"],
+        help="Offline: the order the query's samples go to the engine, by prompt length "
+        "(a SUT may process them in any order; default: LoadGen's)",
+    )
+    p.add_argument(
+        "--warmup-samples",
+        type=int,
+        default=0,
+        metavar="N",
+        help="Offline: generate the dataset's first N prompts before the LoadGen test, "
+        "untimed (the first passes pay for compilation and graph capture)",
+    )
+    p.add_argument(
+        "--price-per-hour",
+        type=float,
+        metavar="DOLLARS",
+        help="hourly price of the machine: results also carry dollars per million output tokens",
+    )
+    p.add_argument(
+        "--nltk-data",
+        type=Path,
+        help="NLTK data folder holding tokenizers/punkt_tab (default: one on $NLTK_DATA, "
+        "else the packaged model)",
+    )
+    p.add_argument("--no-evaluate", action="store_true", help="keep the accuracy log unscored")
+    p.add_argument("--no-progress", action="store_true")
+    add_watchdog_arguments(p)
+    p.add_argument("--strict", action="store_true", help="exit 3 when INVALID or accuracy FAIL")
+    p.add_argument(
+        "--submission",
+        action="store_true",
+        help="refuse (exit 2) a run whose settings cannot give a valid submission "
+        "result; without it they are reported in one warning line",
+    )
+    add_mlflow_arguments(p)
+
+
+def add_watchdog_arguments(p: argparse.ArgumentParser) -> None:
+    from sut.lifecycle import DEFAULT_ENGINE_START_TIMEOUT_S, DEFAULT_STALL_TIMEOUT_S
+
+    p.add_argument(
+        "--stall-timeout",
+        type=float,
+        default=DEFAULT_STALL_TIMEOUT_S,
+        metavar="S",
+        help="fail the run when samples are in flight and the engine produced nothing for S "
+        f"seconds (default {DEFAULT_STALL_TIMEOUT_S:g}; 0: never)",
+    )
+    p.add_argument(
+        "--engine-start-timeout",
+        type=float,
+        default=DEFAULT_ENGINE_START_TIMEOUT_S,
+        metavar="S",
+        help=f"fail the run when the engine has not started after S seconds "
+        f"(default {DEFAULT_ENGINE_START_TIMEOUT_S:g}; 0: never)",
+    )
+
+
+def _engine_overrides(args: argparse.Namespace, extra: list[str]) -> dict:
+    from sut.engine import EngineArgError, parse_engine_arg_pairs, parse_engine_flags
+
+    try:
+        overrides = parse_engine_flags(extra)
+        overrides.update(parse_engine_arg_pairs(args.engine_arg))
+    except EngineArgError as exc:
+        raise UsageError(str(exc)) from None
+    for name in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"):
+        value = getattr(args, name, None)
+        if value is not None:
+            overrides[name] = value
+    return overrides
+
+
+def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
+    from harness import tracking
+    from harness.resources import resolve_user_path
+    from harness.run.runner import RunRequest, prepare, run
+    from harness.run.summary import render_result
+    from harness.submission.preflight import settings_check
+
+    if args.submission or args.round:
+        print(f"{choose_round_for(args, args.benchmark).note}", flush=True)
+
+    req = RunRequest(
+        benchmark=args.benchmark,
+        scenario=args.scenario,
+        mode=args.mode,
+        model=args.model,
+        dataset=args.dataset,
+        output=args.output,
+        user_conf=resolve_user_path(args.user_conf),
+        audit_config=resolve_user_path(args.audit_config),
+        engine_overrides=_engine_overrides(args, extra),
+        allow_pickle=args.allow_pickle,
+        progress=not args.no_progress,
+        max_tokens=args.max_tokens,
+        ignore_eos=args.ignore_eos,
+        accuracy_level=args.accuracy_level,
+        evaluate=not args.no_evaluate,
+        nltk_data=args.nltk_data,
+        submission=args.submission,
+        round=args.round,
+        offline_order=args.offline_order,
+        warmup_samples=args.warmup_samples,
+        price_per_hour=args.price_per_hour,
+        stall_timeout_s=args.stall_timeout or None,
+        engine_start_timeout_s=args.engine_start_timeout or None,
+    )
+    prepared = prepare(req)  # bad input stops here: no MLflow run, no mlflow.db
+    cfg = tracking.resolve_tracking(args)
+    tracking.check_reachable(cfg)  # before any engine starts
+    with tracking.tracked_run(
+        cfg, tracking.run_name(req, args.output), output_dir=args.output
+    ) as trk:
+        outcome = run(req, prepared=prepared, check_settings=settings_check)
+        print(render_result(outcome.result), flush=True)
+        print(f"results: {outcome.path}")
+    if trk.logging_error:
+        return EXIT_ERROR
+    return strict_code(args, outcome.result.performance, outcome.result.accuracy)

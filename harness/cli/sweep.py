@@ -1,0 +1,107 @@
+"""`mlperf-vllm sweep PLAN`: its arguments and the command."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from harness.cli.common import add_mlflow_arguments
+from harness.sweep.execute import SweepOptions, run_sweep
+from harness.sweep.plan import KINDS, NOISE_FLOOR
+from harness.sweep.report import RULES, markdown_table
+
+# --------------------------------------------------------------------------- CLI
+
+
+def add_parser(sub) -> None:
+    sweep = sub.add_parser("sweep", help="one-knob isolation or stacked tuning sweep of a plan")
+    add_sweep_arguments(sweep)
+    add_mlflow_arguments(sweep)
+
+
+def add_sweep_arguments(p: Any) -> None:
+    """`mlperf-vllm sweep PLAN`: the arguments (harness.cli adds the MLflow ones)."""
+    p.add_argument("plan", type=Path, help="plan file (see scripts/plans/)")
+    p.add_argument(
+        "--kind",
+        default="isolation",
+        choices=KINDS,
+        help="isolation: baseline + each knob alone; stacked: knobs added in order",
+    )
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=2,
+        help="runs per config (default 2; 1 gives no noise estimate: deltas of a few "
+        "percent cannot be told from noise)",
+    )
+    p.add_argument(
+        "--accuracy",
+        action="store_true",
+        help="also run accuracy + evaluation for each config (first repeat)",
+    )
+    p.add_argument("--output", type=Path, help="sweep folder (default: runs/sweeps/<plan>-<kind>)")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue a sweep in --output: finished repeats are not run again",
+    )
+    p.add_argument(
+        "--keep-all", action="store_true", help="stacked: keep every knob that ran, helped or not"
+    )
+    p.add_argument(
+        "--noise-floor",
+        type=float,
+        default=NOISE_FLOOR,
+        help="smallest relative change called better/worse (default 0.02)",
+    )
+    p.add_argument(
+        "--price-per-hour",
+        type=float,
+        metavar="DOLLARS",
+        help="hourly machine price, passed to every run: rows carry dollars per million "
+        "output tokens",
+    )
+    p.add_argument(
+        "--config-timeout",
+        type=float,
+        help="seconds one repeat may take before it is recorded as failed (its whole "
+        "process group is ended)",
+    )
+    p.add_argument(
+        "--stall-timeout",
+        type=float,
+        metavar="S",
+        help="each repeat fails when its engine produces nothing for S seconds with samples "
+        "in flight (default: the run's)",
+    )
+
+
+def cmd_sweep(args: Any) -> int:
+    from harness import tracking
+
+    output = args.output or Path("runs/sweeps") / f"{Path(args.plan).stem}-{args.kind}"
+    opts = SweepOptions(
+        kind=args.kind,
+        repeats=args.repeats,
+        accuracy=args.accuracy,
+        output=output,
+        resume=args.resume,
+        keep_all=args.keep_all,
+        noise_floor=args.noise_floor,
+        config_timeout_s=args.config_timeout,
+        price_per_hour=args.price_per_hour,
+        stall_timeout_s=args.stall_timeout,
+    )
+    cfg = tracking.resolve_tracking(args, default_experiment="mlperf-vllm-sweeps")
+    if opts.repeats == 1:
+        print(
+            "warning: --repeats 1: no run-to-run noise is measured; a delta below the "
+            f"{opts.noise_floor:.0%} floor is noise, and larger ones are unconfirmed",
+            flush=True,
+        )
+    sweep = run_sweep(args.plan, opts, cfg)
+    print(markdown_table(sweep.rows, opts.kind))
+    print(RULES)
+    print(f"sweep results: {output / 'sweep.md'} {output / 'sweep.csv'} {output / 'sweep.png'}")
+    return 0

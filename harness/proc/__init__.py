@@ -1,0 +1,1 @@
+"""Child processes and signals: what every long-running command shares."""

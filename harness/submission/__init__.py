@@ -1,0 +1,1 @@
+"""Submitting: round rules, preflight, calibration, packaging, the local checker, TEST06."""

@@ -1,0 +1,1 @@
+"""Tuning sweeps: the plan, running its repeats, noise statistics, the reports."""

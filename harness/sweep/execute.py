@@ -1,0 +1,587 @@
+"""Tuning sweeps: one-knob isolation and stacked, each config gated on validity and accuracy.
+
+A sweep plan is data (`scripts/plans/*.txt`, documented there): a baseline and one knob per
+line. Nothing is generated or evaluated: lines are split with `shlex`, `${VAR}` is expanded
+with `os.path.expandvars`, engine arguments are typed by vLLM's own parser
+(`sut.engine.parse_engine_arg_pairs`), and the whole plan is validated before any engine starts.
+
+Every repeat of every config is one `mlperf-vllm run` subprocess (LoadGen reads mlperf.conf
+once per process, and a crashing engine must not take the sweep with it). The subprocess logs
+nothing to MLflow; this process logs one parent run per sweep and one child run per config,
+with the config's aggregate (median over repeats) and the files of its first repeat.
+
+Rules (also printed under the table):
+- noise: with >= 2 repeats on both sides (the default), delta = median(config) /
+  median(reference) - 1; band = max(2 x the larger relative spread (max-min)/median of the
+  two, floor (2%)); delta > band: "better", delta < -band: "worse", else "within noise".
+  With a single repeat: "single run: noise unknown" (the floor alone is used for stacking).
+- no-op: a knob whose engine arguments already held the requested values in the engine it is
+  compared with (the baseline; stacked: the current stack), as that engine resolved them
+  (result.json `engine_resolved_args`), changes nothing: status "no-op", never kept.
+- confounding guard: the run's recorded engine_args must differ from the baseline's exactly
+  in the knob's keys (stacked: all knobs kept so far plus this one), with the requested
+  values (structured values such as `compilation_config` compared as JSON, on the knob's
+  keys); effective LoadGen settings, sampling, model, dataset and user.conf must be equal.
+  Environment variables that steer the engine (VLLM_*, OMP_*, CUDA_*, NCCL_*, ...) are
+  recorded by each run and must differ only where the config sets them, to its values; so
+  must the SUT options (`--sut offline_order=... / warmup_samples=...`, Offline).
+  Otherwise the config is "confounded".
+- safe to ship = ran, not confounded, every repeat VALID, accuracy PASS.
+- stacked: knobs are tried in plan order on top of the current stack; one is kept when its
+  delta against the current stack is beyond noise (single run: beyond the floor), the run
+  stays VALID and accuracy does not drop from PASS; `--keep-all` keeps every knob that ran.
+  A failed or confounded knob is never kept.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import shlex
+import statistics
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.errors import UsageError
+from harness.proc.children import EXIT_TIMEOUT, run_child
+from harness.run.cost import usd_per_million_tokens
+from harness.run.result import RESULT_FILE, RunResult
+from harness.run.runner import run_argv
+from harness.sweep.plan import (
+    CONFIG_FILE,
+    KINDS,
+    NOISE_FLOOR,
+    REPEAT_FILE,
+    RUN_LOG,
+    SINGLE_RUN,
+    SUT_KNOBS,
+    ConfigSpec,
+    Knob,
+    Plan,
+    make_config,
+    parse_plan,
+)
+from harness.sweep.report import ConfigRow, write_reports
+from harness.sweep.stats import RepeatOutcome, confounding, no_op, noise_verdict, rel_spread
+
+# --------------------------------------------------------------------------- one repeat
+
+
+_LOG_PREFIX_RE = re.compile(r"^\([^)]*pid=\d+\)\s+(?:[A-Z]+\s+\d\d-\d\d [\d:]+\s+\[[^\]]*\]\s+)?")
+_EXC_RE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Failure)):\s*(.+)$")
+# Wrappers that point at a root cause printed earlier, not the cause itself.
+_GENERIC = (
+    "Engine core initialization failed",
+    "please check the stack trace above",
+    "See root cause above",
+    "engine start failed: RuntimeError: Engine core",
+)
+
+
+def engine_message(log_text: str, result_error: str | None = None) -> str:
+    """The most specific exception line of a failed run: the engine's own words (e.g. the
+    worker's `ValueError: No common block size for 7`), not the wrappers around it."""
+    found: list[str] = []
+    for raw in log_text.splitlines():
+        line = _LOG_PREFIX_RE.sub("", raw.strip())
+        m = _EXC_RE.match(line)
+        if m:
+            found.append(f"{m.group(1).rsplit('.', 1)[-1]}: {m.group(2).strip()}")
+    specific = [f for f in found if not any(g in f for g in _GENERIC)]
+    if specific:
+        return specific[0]
+    if result_error:
+        return result_error
+    if found:
+        return found[-1]
+    tail = [ln.strip() for ln in log_text.splitlines() if ln.strip()]
+    return tail[-1][:500] if tail else "the run ended without output"
+
+
+def _recorded(result: RunResult, name: str) -> Any:
+    """A field as the run recorded it; None when its result.json does not hold it."""
+    return getattr(result, name) if result.has(name) else None
+
+
+def _fingerprint(result: RunResult) -> dict[str, Any]:
+    """Everything besides the engine args that must be equal across the configs of a sweep."""
+    perf = result.performance or {}
+    return {
+        "benchmark": _recorded(result, "benchmark"),
+        "scenario": _recorded(result, "scenario"),
+        "model": _recorded(result, "model"),
+        "dataset_sha256": _recorded(result, "dataset_sha256"),
+        "user_conf": _recorded(result, "user_conf"),
+        "sampling": _recorded(result, "sampling"),
+        # SUT options (offline order, warm-up); absent before they were recorded
+        **({"sut_options": result.sut_options} if result.has("sut_options") else {}),
+        "loadgen": {
+            k: v for k, v in (perf.get("settings") or {}).items() if k.startswith("effective_")
+        },
+    }
+
+
+def read_repeat(out: Path, rc: int, log_text: str) -> RepeatOutcome:
+    """A repeat's outcome from its result.json and the subprocess output."""
+    result = RunResult.read(out / RESULT_FILE) or RunResult(loaded_keys=frozenset())
+    perf = result.performance or {}
+    acc = result.accuracy or {}
+    accuracy = acc.get("verdict")
+    if accuracy is None and acc.get("evaluation_error"):
+        accuracy = f"error: {acc['evaluation_error']}"
+    outcome = RepeatOutcome(
+        status="ok",
+        tokens_per_second=perf.get("tokens_per_second"),
+        validity=perf.get("validity"),
+        accuracy=accuracy,
+        engine_args=dict(result.engine_args or {}),
+        resolved=dict(result.engine_resolved_args or {}),
+        fingerprint=_fingerprint(result),
+        env_vars=_recorded(result, "env_vars"),
+        output=str(out),
+    )
+    if rc != 0 or _recorded(result, "status") != "completed" or not perf:
+        outcome.status = "failed"
+        outcome.error = engine_message(log_text, result.error)
+    return outcome
+
+
+def run_command(
+    plan: Plan,
+    spec: ConfigSpec,
+    out: Path,
+    mode: str,
+    nltk_data: str | None = None,
+    extra: Sequence[str] = (),
+    stall_timeout_s: float | None = None,
+) -> list[str]:
+    cmd = run_argv(
+        plan.benchmark, plan.scenario, mode, plan.model, plan.dataset, out, plan.user_conf, *extra
+    )
+    if plan.max_tokens:
+        cmd += ["--max-tokens", str(plan.max_tokens)]
+    if nltk_data:
+        cmd += ["--nltk-data", nltk_data]
+    if stall_timeout_s is not None:
+        cmd += ["--stall-timeout", f"{stall_timeout_s:g}"]
+    for pair in spec.engine_args:
+        cmd += ["--engine-arg", pair]
+    for key, value in spec.sut:
+        cmd += [SUT_KNOBS[key], value]
+    return cmd
+
+
+def run_repeat(
+    plan: Plan,
+    spec: ConfigSpec,
+    out: Path,
+    mode: str,
+    timeout_s: float | None = None,
+    extra: Sequence[str] = (),
+    stall_timeout_s: float | None = None,
+) -> RepeatOutcome:
+    """One `mlperf-vllm run` in its own process (`extra`: more of its options, e.g. the
+    price); its output goes to OUT/run.log."""
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in (RESULT_FILE, REPEAT_FILE):
+        (out / stale).unlink(missing_ok=True)
+    env = {**os.environ, **dict(spec.env)}
+    for k in ("MLPERF_VLLM_PARENT_RUN_ID",):
+        env.pop(k, None)
+    cmd = run_command(plan, spec, out, mode, env.get("NLTK_DATA"), extra, stall_timeout_s)
+    t0 = time.monotonic()
+    with open(out / RUN_LOG, "w") as log:
+        log.write("$ " + shlex.join(cmd) + "\n")
+        if spec.env:
+            log.write("# env: " + " ".join(f"{k}={v}" for k, v in spec.env) + "\n")
+        log.flush()
+        # Its own process group: a timeout or Ctrl-C / SIGTERM ends the engine's processes too.
+        rc = run_child(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, timeout_s=timeout_s)
+        if rc == EXIT_TIMEOUT:
+            log.write(f"\nTimeoutError: config ran past --config-timeout {timeout_s} s\n")
+    outcome = read_repeat(out, rc, (out / RUN_LOG).read_text(errors="replace"))
+    outcome.wall_s = round(time.monotonic() - t0, 1)
+    return outcome
+
+
+@dataclass(frozen=True)
+class SweepOptions:
+    kind: str = "isolation"
+    repeats: int = 2
+    accuracy: bool = False
+    output: Path = Path("runs/sweep")
+    resume: bool = False
+    keep_all: bool = False
+    noise_floor: float = NOISE_FLOOR
+    config_timeout_s: float | None = None
+    price_per_hour: float | None = None  # passed to every run; rows carry $/Mtok
+    stall_timeout_s: float | None = None  # each repeat's --stall-timeout (None: run's default)
+
+
+RepeatRunner = Callable[[Plan, ConfigSpec, Path, str, "float | None"], RepeatOutcome]
+
+
+class Sweep:
+    """Runs a plan's configs one by one; `runner` runs one repeat (a subprocess by default)."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        options: SweepOptions,
+        parent: Any = None,
+        runner: RepeatRunner | None = None,
+    ) -> None:
+        self.plan = plan
+        self.opt = options
+        if parent is None:  # no tracking: a disabled run whose methods do nothing
+            from harness.tracking import TrackedRun, TrackingConfig
+
+            parent = TrackedRun(TrackingConfig(uri="", enabled=False))
+        self.parent = parent
+        if runner is None:
+            extra = (
+                ()
+                if options.price_per_hour is None
+                else ("--price-per-hour", f"{options.price_per_hour:g}")
+            )
+            runner = functools.partial(run_repeat, extra=extra)
+        self.runner = runner
+        self.rows: list[ConfigRow] = []
+        self.repeats: dict[str, list[RepeatOutcome]] = {}
+        self.baseline: RepeatOutcome | None = None
+
+    # one config ---------------------------------------------------------------------------
+
+    def _repeat(self, spec: ConfigSpec, i: int) -> tuple[RepeatOutcome, bool]:
+        out = self.opt.output / spec.dirname / f"rep{i + 1}"
+        mode = "both" if (self.opt.accuracy and i == 0) else "performance"
+        sig = spec.signature(self.plan, self.opt.accuracy) + f"/{mode}"
+        if self.opt.resume and (out / REPEAT_FILE).is_file():
+            try:
+                stored = RepeatOutcome(**json.loads((out / REPEAT_FILE).read_text()))
+                if stored.signature == sig:
+                    return stored, True
+            except (ValueError, TypeError):
+                pass
+        print(f"sweep: {spec.name} repeat {i + 1}/{self.opt.repeats} ({mode}) -> {out}", flush=True)
+        outcome = self.runner(self.plan, spec, out, mode, self.opt.config_timeout_s)
+        outcome.signature = sig
+        (out / REPEAT_FILE).write_text(json.dumps(asdict(outcome), indent=2, default=str) + "\n")
+        return outcome, False
+
+    def run_config(
+        self,
+        spec: ConfigSpec,
+        kind: str,
+        noop_ref: tuple[RepeatOutcome | None, Sequence[Knob]] = (None, ()),
+    ) -> ConfigRow:
+        """Run a config's repeats. `noop_ref`: the run and knobs to judge "no-op" by (the
+        baseline and the config's knob; stacked: the current stack and the knob added)."""
+        from harness import tracking
+
+        row = ConfigRow(
+            index=spec.index,
+            config=spec.name,
+            knobs=" ".join(spec.knobs) or "-",
+            change=" ".join(f"{k}={v}" for k, v in spec.expected_values) or "-",
+            output_dir=str(self.opt.output / spec.dirname),
+        )
+        cdir = self.opt.output / spec.dirname
+        cdir.mkdir(parents=True, exist_ok=True)
+        outcomes: list[RepeatOutcome] = []
+        failed_config = False
+        try:
+            with tracking.child(
+                self.parent,
+                spec.name,
+                params={
+                    "sweep.config": spec.name,
+                    "sweep.kind": kind,
+                    "sweep.knobs": row.knobs,
+                    "sweep.change": row.change,
+                    "sweep.env": " ".join(f"{k}={v}" for k, v in spec.env) or "-",
+                    "sweep.repeats": self.opt.repeats,
+                },
+                tags={"sweep.config": spec.name},
+            ) as ch:
+                row.mlflow_run_id = ch.run_id or ""
+                for i in range(self.opt.repeats):
+                    outcome, resumed = self._repeat(spec, i)
+                    outcomes.append(outcome)
+                    row.resumed += int(resumed)
+                    if outcome.status != "ok":
+                        break  # a config that fails once is failed: no more engine starts
+                self._fill(row, spec, outcomes, noop_ref)
+                self._log_child(ch, row, outcomes)
+                if row.status == "failed":
+                    failed_config = True
+                    raise _ConfigFailed(row.error)
+        except _ConfigFailed:
+            pass
+        self.repeats[spec.name] = outcomes
+        (cdir / CONFIG_FILE).write_text(
+            json.dumps(
+                {"spec": asdict(spec), "row": asdict(row), "failed": failed_config},
+                indent=2,
+                default=str,
+            )
+            + "\n"
+        )
+        print(
+            f"sweep: {spec.name}: {row.status}"
+            + (f" {row.tps_median:.1f} tok/s" if row.tps_median is not None else "")
+            + (f" ({row.error})" if row.error else ""),
+            flush=True,
+        )
+        return row
+
+    def _fill(
+        self,
+        row: ConfigRow,
+        spec: ConfigSpec,
+        outcomes: list[RepeatOutcome],
+        noop_ref: tuple[RepeatOutcome | None, Sequence[Knob]] = (None, ()),
+    ) -> None:
+        row.repeats = len(outcomes)
+        failed = [o for o in outcomes if o.status != "ok"]
+        tps = [
+            float(o.tokens_per_second)
+            for o in outcomes
+            if o.status == "ok" and o.tokens_per_second is not None
+        ]
+        row.tps_repeats = tps
+        if tps:
+            row.tps_median = statistics.median(tps)
+            if self.opt.price_per_hour is not None:
+                row.usd_per_million_tokens = usd_per_million_tokens(
+                    row.tps_median, self.opt.price_per_hour
+                )
+            row.tps_min, row.tps_max = min(tps), max(tps)
+            s = rel_spread(tps)
+            row.spread_pct = None if s is None else 100 * s
+        validities = {o.validity for o in outcomes if o.status == "ok"}
+        row.validity = "VALID" if validities == {"VALID"} else "INVALID" if validities else ""
+        acc = [o.accuracy for o in outcomes if o.accuracy]
+        row.accuracy = acc[0] if acc else ("not run" if not self.opt.accuracy else "")
+        if failed:
+            row.status = "failed"
+            row.error = failed[0].error or "failed"
+        elif spec.name == "baseline":
+            row.status = "ok"
+        elif self.baseline is None or self.baseline.status != "ok":
+            row.status = "ok"
+            row.confounded = "baseline failed: nothing to compare against"
+        else:
+            reasons = [r for o in outcomes if (r := confounding(self.baseline, o, spec))]
+            row.status = "confounded" if reasons else "ok"
+            row.confounded = reasons[0] if reasons else ""
+        ref, knobs = noop_ref
+        if row.status in ("ok", "confounded") and ref is not None and outcomes:
+            why_noop = no_op(ref, outcomes[0], knobs)
+            # a knob restating a value the baseline already passed (a CPU default, say) leaves
+            # the engine args unchanged: the guard's "no effect" is this, not a confounder
+            only_no_effect = all(
+                p.startswith("knob had no effect") for p in row.confounded.split("; ") if p
+            )
+            if why_noop and only_no_effect:
+                row.status, row.note, row.confounded = "no-op", why_noop, ""
+        base_tps = self._tps("baseline")
+        if spec.name != "baseline" and tps and base_tps:
+            delta, verdict, band = noise_verdict(base_tps, tps, self.opt.noise_floor)
+            row.delta_pct = None if delta is None else 100 * delta
+            row.noise_band_pct = 100 * band
+            # a no-op knob's delta is the run-to-run noise, whatever its size
+            row.noise_verdict = "no-op knob" if row.status == "no-op" else verdict
+        elif spec.name == "baseline" and tps:
+            row.noise_verdict = "reference"
+        why = []
+        if row.status != "ok":
+            why.append(row.status)
+        if row.confounded and row.status == "ok":
+            why.append("unverified")
+        if row.validity != "VALID":
+            why.append(f"validity {row.validity or 'none'}")
+        if row.accuracy != "PASS":
+            why.append(f"accuracy {row.accuracy or 'none'}")
+        row.safe_to_ship = "no" if why else "yes"
+        row.why_not_safe = ", ".join(why)
+
+    def _tps(self, name: str) -> list[float]:
+        return [
+            float(o.tokens_per_second)
+            for o in self.repeats.get(name, [])
+            if o.status == "ok" and o.tokens_per_second is not None
+        ]
+
+    def _log_child(self, ch: Any, row: ConfigRow, outcomes: list[RepeatOutcome]) -> None:
+        from harness import tracking
+
+        if not getattr(ch, "active", False):
+            return
+        first = outcomes[0] if outcomes else None
+        if first is not None and Path(first.output).is_dir():
+            try:
+                tracking.log_result_dir(first.output, ch)
+            except Exception as exc:  # the sweep's own numbers below still get logged
+                print(f"warning: MLflow logging of {first.output} failed: {exc}", flush=True)
+            ch.log_artifact(Path(first.output) / RUN_LOG)
+        for i, value in enumerate(row.tps_repeats):
+            ch.log_metrics({"sweep.tokens_per_second_repeat": value}, step=i)
+        metrics = {
+            "sweep.tps_median": row.tps_median,
+            "sweep.tps_min": row.tps_min,
+            "sweep.tps_max": row.tps_max,
+            "sweep.spread_pct": row.spread_pct,
+            "sweep.usd_per_million_tokens": row.usd_per_million_tokens,
+            "sweep.delta_pct": row.delta_pct,
+            "sweep.repeats": row.repeats,
+            "sweep.valid": 1.0 if row.validity == "VALID" else 0.0,
+            "sweep.safe_to_ship": 1.0 if row.safe_to_ship == "yes" else 0.0,
+        }
+        ch.log_metrics({k: v for k, v in metrics.items() if v is not None})
+        ch.set_tags(
+            {
+                "sweep.status": row.status,
+                "sweep.noise_verdict": row.noise_verdict,
+                "sweep.validity": row.validity,
+                "sweep.accuracy": row.accuracy,
+                "sweep.safe_to_ship": row.safe_to_ship,
+                "sweep.why_not_safe": row.why_not_safe or None,
+                "sweep.error": row.error or None,
+                "sweep.confounded": row.confounded or None,
+                "sweep.note": row.note or None,
+            }
+        )
+
+    # the sweep ------------------------------------------------------------------------------
+
+    def run(self) -> list[ConfigRow]:
+        base_spec = make_config(self.plan, 0, "baseline", [])
+        base_row = self.run_config(base_spec, self.opt.kind)
+        outs = self.repeats["baseline"]
+        self.baseline = outs[0] if outs and outs[0].status == "ok" else None
+        self.rows.append(base_row)
+        if self.opt.kind == "isolation":
+            for i, knob in enumerate(self.plan.knobs, start=1):
+                spec = make_config(self.plan, i, knob.name, [knob])
+                self.rows.append(self.run_config(spec, "isolation", (self.baseline, [knob])))
+        else:
+            self._stacked(base_row)
+        return self.rows
+
+    def _stacked(self, base_row: ConfigRow) -> None:
+        stack: list[Knob] = []
+        current = base_row
+        for i, knob in enumerate(self.plan.knobs, start=1):
+            spec = make_config(self.plan, i, "+" + knob.name, [*stack, knob])
+            ref_outs = self.repeats.get(current.config) or []
+            ref = ref_outs[0] if ref_outs and ref_outs[0].status == "ok" else None
+            row = self.run_config(spec, "stacked", (ref, [knob]))
+            cur_tps, tps = self._tps(current.config), row.tps_repeats
+            keep, reason = False, ""
+            if row.status != "ok":
+                reason = f"dropped: {row.status}"
+            elif not cur_tps or not tps:
+                reason = "dropped: no throughput to compare"
+            else:
+                delta, verdict, band = noise_verdict(cur_tps, tps, self.opt.noise_floor)
+                row.step_delta_pct = None if delta is None else 100 * delta
+                row.step_verdict = verdict
+                helped = verdict == "better" or (
+                    verdict == SINGLE_RUN and delta is not None and delta > band
+                )
+                broke = (current.validity == "VALID" and row.validity != "VALID") or (
+                    current.accuracy == "PASS" and row.accuracy != "PASS"
+                )
+                if self.opt.keep_all:
+                    keep, reason = True, "kept (--keep-all)"
+                elif broke:
+                    reason = "dropped: lost validity or accuracy"
+                elif helped and delta is not None:
+                    keep, reason = True, f"kept: {100 * delta:+.1f}% vs stack ({verdict})"
+                else:
+                    reason = f"dropped: {verdict}"
+            row.kept = reason
+            if keep:
+                stack.append(knob)
+                current = row
+            self.rows.append(row)
+        self.final_stack = [k.name for k in stack]
+
+
+class _ConfigFailed(Exception):
+    """Raised inside a config's child run so MLflow ends it FAILED; caught by the sweep."""
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def run_sweep(plan_path: str | Path, options: SweepOptions, tracking_cfg: Any) -> Sweep:
+    """Validate everything, then run the sweep under one MLflow parent run."""
+    from harness import tracking
+
+    if options.kind not in KINDS:
+        raise UsageError(f"unknown sweep kind {options.kind!r}: choose one of {', '.join(KINDS)}")
+    if options.repeats < 1:
+        raise UsageError("--repeats must be at least 1")
+    if options.price_per_hour is not None and options.price_per_hour <= 0:
+        raise UsageError("--price-per-hour must be a positive number of dollars, e.g. 3.50")
+    plan = parse_plan(plan_path)
+    out = options.output
+    if (out / "sweep.json").exists() and not options.resume:
+        raise UsageError(
+            f"{out} already holds a sweep: pass --resume to continue it or a new --output"
+        )
+    out.mkdir(parents=True, exist_ok=True)
+    tracking.check_reachable(tracking_cfg)  # before any engine starts
+    meta = {
+        "plan": str(plan.path.resolve()),
+        "kind": options.kind,
+        "repeats": options.repeats,
+        "accuracy": options.accuracy,
+        "keep_all": options.keep_all,
+        "noise_floor": options.noise_floor,
+        "price_per_hour": options.price_per_hour,
+        "benchmark": plan.benchmark,
+        "scenario": plan.scenario,
+        "model": str(plan.model),
+        "dataset": str(plan.dataset),
+        "user_conf": str(plan.user_conf),
+        "max_tokens": plan.max_tokens,
+        "baseline": plan.baseline.describe(),
+        "knobs": {k.name: k.change.describe() for k in plan.knobs},
+    }
+    name = f"{options.kind} sweep {plan.path.stem} ({out.name})"
+    with tracking.start_parent(
+        tracking_cfg,
+        name,
+        params={f"sweep.{k}": v for k, v in meta.items() if k != "knobs"},
+        output_dir=out,
+    ) as parent:
+        meta["mlflow_parent_run_id"] = parent.run_id
+        runner = functools.partial(run_repeat, stall_timeout_s=options.stall_timeout_s)
+        sweep = Sweep(plan, options, parent, runner)
+        sweep.run()
+        write_reports(sweep, meta)
+        rows = sweep.rows
+        parent.log_metrics(
+            {
+                "sweep.configs": len(rows),
+                "sweep.failed": sum(r.status == "failed" for r in rows),
+                "sweep.confounded": sum(r.status == "confounded" for r in rows),
+                "sweep.no_op": sum(r.status == "no-op" for r in rows),
+                "sweep.safe": sum(r.safe_to_ship == "yes" for r in rows),
+            }
+        )
+        parent.set_tags(
+            {"sweep.final_stack": " + ".join(getattr(sweep, "final_stack", [])) or None}
+        )
+        for name_ in ("sweep.md", "sweep.png"):
+            parent.log_artifact(out / name_)
+    return sweep

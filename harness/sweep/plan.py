@@ -1,0 +1,339 @@
+"""A sweep plan: its format (documented in scripts/plans/), parsing and validation, and the
+config each line becomes."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.errors import UsageError
+
+KINDS = ("isolation", "stacked")
+NOISE_FLOOR = 0.02
+SINGLE_RUN = "single run: noise unknown"
+RUN_LOG = "run.log"
+REPEAT_FILE = "repeat.json"
+CONFIG_FILE = "config.json"
+SWEEP_FILES = ("sweep.json", "sweep.csv", "sweep.md", "sweep.png", "plan.txt", "summary.txt")
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
+_ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_UNEXPANDED_RE = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?")
+_SETTINGS = ("benchmark", "scenario", "model", "dataset", "user_conf", "max_tokens")
+# Options of our SUT a knob may set (`--sut KEY=VALUE`), as `mlperf-vllm run` flags; each run
+# records them in result.json `sut_options`.
+SUT_KNOBS = {"offline_order": "--offline-order", "warmup_samples": "--warmup-samples"}
+
+
+class PlanError(UsageError):
+    """A plan file that cannot be run as written (one line naming the plan line and fix)."""
+
+
+# --------------------------------------------------------------------------- plan
+
+
+@dataclass(frozen=True)
+class Change:
+    """What a knob (or the baseline) sets: vLLM engine args and environment variables."""
+
+    engine_args: tuple[str, ...] = ()  # KEY=VALUE as written
+    env: tuple[tuple[str, str], ...] = ()
+    sut: tuple[tuple[str, str], ...] = ()  # SUT_KNOBS keys
+
+    def engine_keys(self) -> set[str]:
+        return {p.partition("=")[0].strip().lstrip("-").replace("-", "_") for p in self.engine_args}
+
+    def describe(self) -> str:
+        parts = [f"--engine-arg {p}" for p in self.engine_args]
+        parts += [f"--env {k}={v}" for k, v in self.env]
+        parts += [f"--sut {k}={v}" for k, v in self.sut]
+        return " ".join(parts)
+
+
+@dataclass(frozen=True)
+class Knob:
+    name: str
+    change: Change
+    line: int
+
+
+@dataclass(frozen=True)
+class Plan:
+    path: Path
+    text: str
+    benchmark: str
+    scenario: str
+    model: Path
+    dataset: Path
+    user_conf: Path | None
+    max_tokens: int | None
+    baseline: Change
+    knobs: tuple[Knob, ...]
+
+
+def _parse_change(tokens: list[str], where: str) -> Change:
+    engine: list[str] = []
+    env: list[tuple[str, str]] = []
+    sut: list[tuple[str, str]] = []
+    i = 0
+    while i < len(tokens):
+        tok = tokens[i]
+        opt, eq, inline = tok.partition("=") if tok.startswith("--") else (tok, "", "")
+        if opt not in ("--engine-arg", "--env", "--sut"):
+            raise PlanError(
+                f"{where}: unexpected {tok!r}: a knob takes --engine-arg KEY=VALUE, "
+                "--env NAME=VALUE and --sut KEY=VALUE only"
+            )
+        if eq:
+            value = inline
+        else:
+            if i + 1 >= len(tokens):
+                raise PlanError(f"{where}: {opt} needs a KEY=VALUE after it")
+            i += 1
+            value = tokens[i]
+        key, sep, _ = value.partition("=")
+        if not sep or not key:
+            raise PlanError(f"{where}: {opt} {value!r} is not KEY=VALUE")
+        if opt == "--engine-arg":
+            engine.append(value)
+        elif opt == "--sut":
+            if key not in SUT_KNOBS:
+                raise PlanError(
+                    f"{where}: --sut {value!r}: {key!r} is not a SUT option; use one of "
+                    f"{', '.join(SUT_KNOBS)}"
+                )
+            sut.append((key, _sut_value(key, value.partition("=")[2], where)))
+        else:
+            if not _ENV_RE.match(key):
+                raise PlanError(f"{where}: --env {value!r}: {key!r} is not a variable name")
+            env.append((key, value.partition("=")[2]))
+        i += 1
+    return Change(tuple(engine), tuple(env), tuple(sut))
+
+
+def _sut_value(key: str, value: str, where: str) -> str:
+    from sut.offline import ORDERS
+
+    if key == "offline_order" and value not in ORDERS:
+        raise PlanError(f"{where}: --sut offline_order={value}: use one of {', '.join(ORDERS)}")
+    if key == "warmup_samples" and not value.isdigit():
+        raise PlanError(f"{where}: --sut warmup_samples={value}: give a whole number >= 0")
+    return value
+
+
+def _expand(token: str, where: str) -> str:
+    out = os.path.expandvars(token)
+    missing = _UNEXPANDED_RE.search(out)
+    if missing:
+        raise PlanError(
+            f"{where}: environment variable {missing.group(1)} is not set: "
+            f"export it or write the value in the plan"
+        )
+    return out
+
+
+def parse_plan(path: str | Path, *, check_engine_args: bool = True) -> Plan:
+    """Read and validate a plan; every problem is a PlanError naming file and line."""
+    from harness.resources import resolve_user_path
+
+    path = resolve_user_path(Path(path)) or Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise PlanError(
+            f"cannot read plan {path}: {exc.strerror}: pass an existing plan file "
+            "(see scripts/plans/)"
+        ) from None
+    settings: dict[str, str] = {}
+    baseline = Change()
+    knobs: list[Knob] = []
+    for n, raw in enumerate(text.splitlines(), start=1):
+        where = f"{path}:{n}"
+        try:
+            tokens = shlex.split(raw, comments=True)
+        except ValueError as exc:
+            raise PlanError(f"{where}: {exc}: fix the quoting") from None
+        if not tokens:
+            continue
+        tokens = [_expand(t, where) for t in tokens]
+        word, rest = tokens[0], tokens[1:]
+        if word in _SETTINGS:
+            if len(rest) != 1:
+                raise PlanError(f"{where}: `{word}` takes one value, e.g. `{word} VALUE`")
+            if word in settings:
+                raise PlanError(f"{where}: `{word}` is set twice")
+            settings[word] = rest[0]
+        elif word == "baseline":
+            more = _parse_change(rest, where)
+            baseline = Change(
+                baseline.engine_args + more.engine_args,
+                baseline.env + more.env,
+                baseline.sut + more.sut,
+            )
+        elif word == "knob":
+            if not rest:
+                raise PlanError(f"{where}: `knob` needs a name and its arguments")
+            name = rest[0]
+            if not _NAME_RE.match(name) or name == "baseline":
+                raise PlanError(
+                    f"{where}: knob name {name!r} must be letters, digits, _ . + - "
+                    "and not 'baseline'"
+                )
+            if any(k.name == name for k in knobs):
+                raise PlanError(f"{where}: knob {name!r} is defined twice")
+            change = _parse_change(rest[1:], f"{where} (knob {name})")
+            if not change.engine_args and not change.env and not change.sut:
+                raise PlanError(
+                    f"{where}: knob {name!r} changes nothing: give it "
+                    "--engine-arg KEY=VALUE, --env NAME=VALUE or --sut KEY=VALUE"
+                )
+            knobs.append(Knob(name, change, n))
+        else:
+            raise PlanError(
+                f"{where}: unknown directive {word!r}: use one of "
+                f"{', '.join(_SETTINGS)}, baseline, knob"
+            )
+    for required in ("benchmark", "scenario", "model", "dataset"):
+        if required not in settings:
+            raise PlanError(f"{path}: no `{required}` line: the baseline needs one")
+    if not knobs:
+        raise PlanError(f"{path}: no `knob` lines: a sweep needs at least one knob")
+    if settings["scenario"] != "Offline" and (baseline.sut or any(k.change.sut for k in knobs)):
+        raise PlanError(f"{path}: --sut options apply to the Offline scenario only")
+    try:
+        from harness.benchmarks import resolve
+
+        resolve(settings["benchmark"], settings["scenario"])
+    except (KeyError, ValueError) as exc:
+        raise PlanError(f"{path}: {str(exc).strip(chr(39) + chr(34))}") from None
+    paths: dict[str, Path] = {}
+    for key in ("model", "dataset", "user_conf"):
+        if key in settings:
+            p = Path(settings[key]).expanduser()
+            if key == "user_conf":  # `user_confs/...` also names the shipped confs
+                p = resolve_user_path(p) or p
+            p = p.resolve()
+            if not p.exists():
+                raise PlanError(
+                    f"{path}: {key} {settings[key]} does not exist: fix the path "
+                    "(relative paths are taken from the working directory)"
+                )
+            paths[key] = p
+    max_tokens = None
+    if "max_tokens" in settings:
+        try:
+            max_tokens = int(settings["max_tokens"])
+        except ValueError:
+            raise PlanError(
+                f"{path}: max_tokens {settings['max_tokens']!r} is not an integer"
+            ) from None
+    plan = Plan(
+        path=path,
+        text=text,
+        benchmark=settings["benchmark"],
+        scenario=settings["scenario"],
+        model=paths["model"],
+        dataset=paths["dataset"],
+        user_conf=paths.get("user_conf"),
+        max_tokens=max_tokens,
+        baseline=baseline,
+        knobs=tuple(knobs),
+    )
+    if check_engine_args:
+        validate_engine_args(plan)
+    return plan
+
+
+def validate_engine_args(plan: Plan) -> None:
+    """Every engine argument through vLLM's own parser (unknown keys, bad types, bad choices),
+    and no knob that merely restates the baseline."""
+    from sut.engine import EngineArgError, parse_engine_arg_pairs
+
+    try:
+        base = parse_engine_arg_pairs(plan.baseline.engine_args)
+    except EngineArgError as exc:
+        raise PlanError(f"{plan.path}: baseline: {exc}") from None
+    base_env = dict(plan.baseline.env)
+    for knob in plan.knobs:
+        try:
+            typed = parse_engine_arg_pairs(knob.change.engine_args)
+        except EngineArgError as exc:
+            raise PlanError(f"{plan.path}:{knob.line}: knob {knob.name}: {exc}") from None
+        same = [k for k, v in typed.items() if k in base and base[k] == v]
+        same += [k for k, v in knob.change.env if base_env.get(k) == v]
+        same += [k for k, v in knob.change.sut if dict(plan.baseline.sut).get(k) == v]
+        if same:
+            raise PlanError(
+                f"{plan.path}:{knob.line}: knob {knob.name} sets {', '.join(same)} "
+                "to the baseline's value: it would measure nothing; drop or change it"
+            )
+
+
+# --------------------------------------------------------------------------- configs
+
+
+@dataclass(frozen=True)
+class ConfigSpec:
+    index: int
+    name: str
+    knobs: tuple[str, ...]  # knob names applied on top of the baseline
+    engine_args: tuple[str, ...]  # baseline's then the knobs' (later wins)
+    env: tuple[tuple[str, str], ...]
+    expected_keys: tuple[str, ...]  # engine keys that must differ from the baseline
+    expected_values: tuple[tuple[str, str], ...]  # as written, for the report
+    sut: tuple[tuple[str, str], ...] = ()  # SUT options (baseline's, then the knobs')
+
+    @property
+    def dirname(self) -> str:
+        return f"{self.index:02d}_{self.name.replace('+', 'plus-')}"
+
+    def signature(self, plan: Plan, accuracy: bool) -> str:
+        doc = {
+            "benchmark": plan.benchmark,
+            "scenario": plan.scenario,
+            "model": str(plan.model),
+            "dataset": str(plan.dataset),
+            "user_conf": str(plan.user_conf),
+            "max_tokens": plan.max_tokens,
+            "engine_args": list(self.engine_args),
+            "env": list(self.env),
+            **({"sut": list(self.sut)} if self.sut else {}),  # older sweeps resume as before
+            "accuracy": accuracy,
+        }
+        return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def make_config(plan: Plan, index: int, name: str, knobs: Sequence[Knob]) -> ConfigSpec:
+    engine = list(plan.baseline.engine_args)
+    env = dict(plan.baseline.env)
+    sut = dict(plan.baseline.sut)
+    keys: list[str] = []
+    values: dict[str, str] = {}
+    for knob in knobs:
+        engine.extend(knob.change.engine_args)
+        env.update(knob.change.env)
+        for pair in knob.change.engine_args:
+            key = pair.partition("=")[0].strip().lstrip("-").replace("-", "_")
+            if key not in keys:
+                keys.append(key)
+            values[key] = pair.partition("=")[2]
+        for k, v in knob.change.env:
+            values[f"env.{k}"] = v
+        sut.update(knob.change.sut)
+        for k, v in knob.change.sut:
+            values[f"sut.{k}"] = v
+    return ConfigSpec(
+        index,
+        name,
+        tuple(k.name for k in knobs),
+        tuple(engine),
+        tuple(sorted(env.items())),
+        tuple(keys),
+        tuple(values.items()),
+        tuple(sorted(sut.items())),
+    )
