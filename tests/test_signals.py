@@ -89,3 +89,16 @@ def test_child_timeout_ends_its_whole_process_group(tmp_path):
     assert time.monotonic() - t0 < 1.0 + 35  # SIGTERM grace at most
     assert len({p.pid for p in seen}) >= 3  # the shell and its two sleeps were there
     wait_for(lambda: not alive(seen), 10, "the group to be gone")
+
+
+def test_main_in_process_gives_the_signal_handlers_back(capsys):
+    """A host that calls main() in-process (a test runner, a notebook, a scheduler's Python
+    wrapper) keeps its own SIGTERM/SIGINT handling once main() returns: a SIGTERM sent later
+    must not become a KeyboardInterrupt that some later main() swallows as 'interrupted'."""
+    from harness.cli import main
+
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    assert main(["rounds"]) == 0
+    assert main(["rounds", "--benchmark", "no-such-benchmark"]) == 2  # the error path too
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+    capsys.readouterr()

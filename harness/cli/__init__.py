@@ -62,10 +62,16 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
-    debug = args.debug
     from harness.proc import signals
 
-    signals.install()  # SIGTERM and SIGINT end every command the same way
+    # SIGTERM and SIGINT end every command the same way; the handlers are the caller's again
+    # once main() returns (a host process calling main() in-process keeps its own).
+    with signals.interrupt_on_signals():
+        return _dispatch(parser, args, extra)
+
+
+def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace, extra: list[str]) -> int:
+    debug = args.debug
     try:
         if args.command == "run":
             return run.cmd_run(args, extra)

@@ -47,6 +47,7 @@ def install() -> None:
     that the parent shell set to be ignored (a background job) stays ignored."""
     if threading.current_thread() is not threading.main_thread():
         return
+    _state["signals"] = 0
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, _handler)
     if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
