@@ -25,8 +25,10 @@ SLOW_SHUTDOWN = textwrap.dedent(
     from harness.proc import signals
     signals.install()
     child = subprocess.Popen(["sleep", "300"])
-    print(child.pid, flush=True)
     try:
+        # inside the try: the test may signal as soon as it reads this line, even before the
+        # print itself has returned
+        print(child.pid, flush=True)
         time.sleep(300)
     except KeyboardInterrupt:
         print("interrupted", flush=True)
