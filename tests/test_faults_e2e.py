@@ -6,6 +6,8 @@ process tree; tests/test_server_e2e.py covers Ctrl-C and an engine killed mid-Se
   with the engine's error, nothing of the run is left;
 - the engine core stopped (SIGSTOP) mid-Server: the stall watchdog fails the run within its
   timeout plus a few seconds, and the stopped process is reaped;
+- SIGKILL of the main process mid-Offline (the OOM killer): the guard stops the engine core
+  and its worker within seconds, and says so on the run's stderr;
 - SIGTERM, as a scheduler sends it to the main process only, to a --no-mlflow run, to a
   sweep and to a calibrate: the whole process tree is gone within seconds and each result
   says interrupted. Sweep and calibrate are stopped while their child's engine starts (what
@@ -154,12 +156,44 @@ def test_sigterm_ends_a_no_mlflow_run(tiny_model, tiny_dataset, long_offline, tm
     assert_all_gone(tree, [proc.pid], "SIGTERM run")
 
 
+def _is_guard(p) -> bool:
+    """The process harness.proc.orphans starts beside a command (a session of its own)."""
+    return "orphans.py" in " ".join(p.cmdline())
+
+
+def test_sigkill_of_the_main_process_leaves_no_engine_running(
+    tiny_model, tiny_dataset, long_offline, tmp_path
+):
+    """The OOM killer or `kill -9` gives the run no chance to stop its engine, and vLLM's
+    engine core does not watch its parent: the guard stops it (and its worker)."""
+    out = tmp_path / "run"
+    proc = start_cli(*run_args(tiny_model, tiny_dataset, out, long_offline, *FAST))
+    try:
+        wait_for(lambda: loadgen_issuing(out), 600, "LoadGen start", [proc])
+        time.sleep(2)
+        tree = family(proc.pid)
+        engine = engine_cores(proc.pid)
+        assert engine, [q.cmdline() for q in tree]
+        t0 = time.monotonic()
+        proc.kill()  # the main process only; the engine is in its process group, left alone
+        # the pipes close once every process that shares them (engine, guard) is gone
+        stdout, stderr, took = _end(proc, t0)
+    finally:
+        kill_group(proc)
+    print(f"SIGKILL of a run's main process -> its engine was gone in {took:.1f} s")
+    assert took < 30, took
+    assert f"the main process (pid {proc.pid}) ended without stopping" in stderr, stderr[-3000:]
+    assert "EngineCore" in stderr.split("ended without stopping")[-1]
+    assert (out / "performance" / "mlperf_log_detail.txt").stat().st_size > 0
+    assert_all_gone(tree, [proc.pid], "SIGKILL run")
+
+
 def _sigterm_once_engine_starts(proc, child_out: Path) -> tuple[list, str, str, float, int]:
     """Wait for the child run's engine core, SIGTERM the parent; (tree, out, err, s, pgid)."""
     try:
         wait_for(lambda: bool(engine_cores(proc.pid)), 600, "the child's engine", [proc])
         tree = family(proc.pid)
-        child_pgids = {p.pid for p in tree if p.ppid() == proc.pid}
+        child_pgids = {p.pid for p in tree if p.ppid() == proc.pid and not _is_guard(p)}
         assert child_out.exists()
         t0 = time.monotonic()
         proc.send_signal(signal.SIGTERM)

@@ -3,6 +3,7 @@ timeout or interrupt ends its whole process group (the engine processes under a 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -104,3 +105,89 @@ def test_main_in_process_gives_the_signal_handlers_back(capsys):
     assert main(["rounds", "--benchmark", "no-such-benchmark"]) == 2  # the error path too
     assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
     capsys.readouterr()
+
+
+# A command's main process with an engine-like family (a child that has children of its own),
+# under the guard that harness.cli.main() starts for the commands that start processes.
+GUARDED = textwrap.dedent(
+    """
+    import subprocess, sys, time
+    import psutil
+    from harness.proc.orphans import guard_descendants
+    with guard_descendants():
+        child = subprocess.Popen(["sh", "-c", "sleep 311 & sleep 311 & wait"])
+        time.sleep(float(sys.argv[1]))
+        print(child.pid, flush=True)
+        time.sleep(float(sys.argv[2]))
+        for p in [child, *psutil.Process(child.pid).children(recursive=True)]:
+            p.kill()  # a command that returns stops its own processes
+    print("returned", flush=True)
+    """
+)
+
+
+def _guarded(settle_s: float, stay_s: float) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-c", GUARDED, str(settle_s), str(stay_s)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=str(REPO),
+        start_new_session=True,
+    )
+
+
+def _ignores_int_and_term(pid: int) -> bool:
+    with open(f"/proc/{pid}/status") as fh:
+        mask = next(int(x.split()[1], 16) for x in fh if x.startswith("SigIgn:"))
+    return all(mask >> (s - 1) & 1 for s in (signal.SIGINT, signal.SIGTERM))
+
+
+def test_sigkill_of_the_main_process_leaves_nothing_running():
+    """SIGKILL gives the main process no chance to stop its engine: the guard does, and says so
+    on the command's stderr."""
+    proc = _guarded(1.5, 300)  # long enough for the guard to have seen the whole family
+    try:
+        child = psutil.Process(int(proc.stdout.readline()))
+        family = [child, *child.children(recursive=True)]
+        assert len(family) == 3, family
+        proc.kill()  # the main process only, as the OOM killer would
+        proc.wait(10)
+        wait_for(lambda: not alive(family), 20, "the dead command's processes to be stopped")
+        stderr = proc.stderr.read()  # EOF once the guard, which shares it, has ended too
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        for p in family:
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+    assert f"the main process (pid {proc.pid}) ended without stopping 3 process(es)" in stderr
+    assert "sleep" in stderr
+
+
+def test_the_guard_ignores_signals_and_ends_with_the_command():
+    """A Ctrl-C to the terminal's process group or a scheduler's SIGTERM must not take the
+    guard before the main process is done: it has a session of its own and ignores them."""
+    proc = _guarded(0, 3)
+    try:
+        child = psutil.Process(int(proc.stdout.readline()))
+        (guard,) = [g for g in psutil.Process(proc.pid).children() if g.pid != child.pid]
+        assert os.getsid(guard.pid) == guard.pid != os.getpgid(proc.pid)
+        wait_for(lambda: _ignores_int_and_term(guard.pid), 20, "the guard to start")
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            guard.send_signal(signum)
+        time.sleep(0.5)
+        assert guard.is_running() and guard.status() != psutil.STATUS_ZOMBIE
+        assert proc.wait(20) == 0
+        wait_for(lambda: not alive([guard]), 20, "the guard to end with the command")
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert "ended without stopping" not in proc.stderr.read()
+
+
+def test_a_command_that_returns_stops_its_guard(tmp_path):
+    proc = _guarded(0, 0.5)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0 and out.split()[-1] == "returned", err
+    assert "ended without stopping" not in err

@@ -7,6 +7,7 @@ traceback); 3 with --strict when the run is INVALID or fails accuracy; 1 anythin
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 
@@ -23,6 +24,10 @@ from harness.cli import (
 )
 from harness.cli.common import EXIT_ERROR, EXIT_USAGE
 from harness.errors import UsageError
+
+# Commands that start an engine or child runs: a guard process outlives a killed main process
+# just long enough to stop them (harness.proc.orphans).
+STARTS_PROCESSES = frozenset({"run", "calibrate", "sweep", "demo"})
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -62,11 +67,15 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
-    from harness.proc import signals
+    from harness.proc import orphans, signals
 
     # SIGTERM and SIGINT end every command the same way; the handlers are the caller's again
     # once main() returns (a host process calling main() in-process keeps its own).
-    with signals.interrupt_on_signals():
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(signals.interrupt_on_signals())
+        if args.command in STARTS_PROCESSES:
+            # a SIGKILL of this process must not leave its engine (or a child run) running
+            stack.enter_context(orphans.guard_descendants())
         return _dispatch(parser, args, extra)
 
 

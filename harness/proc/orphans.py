@@ -1,0 +1,121 @@
+"""Nothing of a command outlives it, even when its main process is killed outright.
+
+SIGKILL (the OOM killer, `kill -9`, a scheduler past its grace period) or a closed terminal's
+SIGHUP gives the main process no chance to shut its engine down, and vLLM's engine core does
+not watch its parent: it would keep its memory (on a GPU, most of it) until somebody kills it
+by hand, and the next run would fail to start.
+
+`guard_descendants()` starts a small guard process beside the command. The guard keeps a list
+of the main process's descendants (refreshed every `POLL_S`); once the main process is gone it
+stops whatever of that list still runs (SIGTERM, so an engine core takes its workers down;
+SIGKILL after `GRACE_S`) and says so on stderr. When the command returns, the guard is stopped
+and does nothing.
+
+The guard runs in a session of its own and ignores SIGINT, SIGTERM and SIGHUP: a Ctrl-C to
+the terminal's process group or a scheduler's SIGTERM must leave it there to clean up after
+the main process. It ends by itself with the main process.
+
+This file is also the guard's script (`python orphans.py PID`): it imports only the standard
+library and psutil, so it starts fast and needs nothing of the package.
+"""
+
+from __future__ import annotations
+
+import signal
+
+if __name__ == "__main__":  # the guard: ignore these before anything else takes time
+    for _signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(_signum, signal.SIG_IGN)
+
+import contextlib
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import psutil
+
+POLL_S = 1.0
+GRACE_S = 5.0
+
+
+@contextlib.contextmanager
+def guard_descendants() -> Iterator[None]:
+    """For the duration of the block: if this process dies, its descendants die with it."""
+    if os.name != "posix":
+        yield
+        return
+    try:
+        guard = subprocess.Popen(
+            [sys.executable, os.path.abspath(__file__), str(os.getpid())],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            start_new_session=True,
+            close_fds=True,
+        )
+    except OSError:  # no guard is no reason not to run
+        yield
+        return
+    try:
+        yield
+    finally:
+        guard.kill()
+        guard.wait()
+
+
+def _still_ours(procs: dict[int, psutil.Process]) -> list[psutil.Process]:
+    """The processes of `procs` that still run, with whatever they started since."""
+    found: dict[int, psutil.Process] = {}
+    for p in procs.values():
+        try:
+            if not p.is_running() or p.status() == psutil.STATUS_ZOMBIE:
+                continue
+            found[p.pid] = p
+            for child in p.children(recursive=True):
+                found.setdefault(child.pid, child)
+        except psutil.Error:
+            continue
+    return list(found.values())
+
+
+def watch(parent: int, poll_s: float = POLL_S, grace_s: float = GRACE_S) -> int:
+    """The guard's loop: follow `parent`'s descendants until `parent` is gone, then stop them.
+    Returns how many processes it had to stop."""
+    me = os.getpid()
+    known: dict[int, psutil.Process] = {}
+    while os.getppid() == parent:
+        try:
+            for p in psutil.Process(parent).children(recursive=True):
+                if p.pid != me and p.pid not in known:
+                    known[p.pid] = p
+        except psutil.Error:
+            break
+        known = {pid: p for pid, p in known.items() if p.is_running()}
+        time.sleep(poll_s)
+    left = _still_ours(known)
+    if not left:
+        return 0
+    names = []
+    for p in left:
+        with contextlib.suppress(psutil.Error):
+            names.append(f"{p.name()} (pid {p.pid})")
+    with contextlib.suppress(OSError):
+        sys.stderr.write(
+            f"mlperf-vllm: the main process (pid {parent}) ended without stopping "
+            f"{len(left)} process(es) of its own; stopping them: {', '.join(names)}\n"
+        )
+        sys.stderr.flush()
+    for p in left:
+        with contextlib.suppress(psutil.Error):
+            p.terminate()
+    _, alive = psutil.wait_procs(left, timeout=grace_s)
+    for p in alive:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    psutil.wait_procs(alive, timeout=grace_s)
+    return len(left)
+
+
+if __name__ == "__main__":
+    watch(int(sys.argv[1]))
