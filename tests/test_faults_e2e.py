@@ -49,6 +49,17 @@ def _end(proc, t0: float) -> tuple[str, str, float]:
     return stdout, stderr, time.monotonic() - t0
 
 
+def _mid_test(proc, out: Path, settle_s: float) -> tuple[list, list]:
+    """Wait until LoadGen issues and `settle_s` more (samples in flight, some finished);
+    (the run's process tree, its engine core processes)."""
+    wait_for(lambda: loadgen_issuing(out), 600, "LoadGen start", [proc])
+    time.sleep(settle_s)
+    tree = family(proc.pid)
+    engine = engine_cores(proc.pid)
+    assert engine, [q.cmdline() for q in tree]
+    return tree, engine
+
+
 @pytest.fixture
 def long_offline(tmp_path) -> Path:
     """Thousands of samples in the one Offline query, every response in the accuracy log."""
@@ -67,11 +78,7 @@ def test_engine_killed_mid_offline_answers_every_sample_once(
     out = tmp_path / "run"
     proc = start_cli(*run_args(tiny_model, tiny_dataset, out, long_offline, *FAST))
     try:
-        wait_for(lambda: loadgen_issuing(out), 600, "LoadGen start", [proc])
-        time.sleep(3)  # samples in flight, some finished
-        tree = family(proc.pid)
-        engine = engine_cores(proc.pid)
-        assert engine, [q.cmdline() for q in tree]
+        tree, engine = _mid_test(proc, out, 3)
         t0 = time.monotonic()
         engine[0].kill()
         stdout, stderr, took = _end(proc, t0)
@@ -111,11 +118,7 @@ def test_stopped_engine_trips_the_stall_watchdog(tiny_model, tiny_dataset, tmp_p
     )
     proc = start_cli(*args)
     try:
-        wait_for(lambda: loadgen_issuing(out), 600, "LoadGen start", [proc])
-        time.sleep(3)
-        tree = family(proc.pid)
-        engine = engine_cores(proc.pid)
-        assert engine, [q.cmdline() for q in tree]
+        tree, engine = _mid_test(proc, out, 3)
         t0 = time.monotonic()
         engine[0].suspend()  # SIGSTOP: alive, silent, like a hung collective
         stdout, stderr, took = _end(proc, t0)
@@ -139,9 +142,7 @@ def test_sigterm_ends_a_no_mlflow_run(tiny_model, tiny_dataset, long_offline, tm
     out = tmp_path / "run"
     proc = start_cli(*run_args(tiny_model, tiny_dataset, out, long_offline, *FAST))
     try:
-        wait_for(lambda: loadgen_issuing(out), 600, "LoadGen start", [proc])
-        time.sleep(2)
-        tree = family(proc.pid)
+        tree, _ = _mid_test(proc, out, 2)
         t0 = time.monotonic()
         proc.send_signal(signal.SIGTERM)  # to the main process only, as a scheduler may
         stdout, stderr, took = _end(proc, t0)
@@ -169,11 +170,7 @@ def test_sigkill_of_the_main_process_leaves_no_engine_running(
     out = tmp_path / "run"
     proc = start_cli(*run_args(tiny_model, tiny_dataset, out, long_offline, *FAST))
     try:
-        wait_for(lambda: loadgen_issuing(out), 600, "LoadGen start", [proc])
-        time.sleep(2)
-        tree = family(proc.pid)
-        engine = engine_cores(proc.pid)
-        assert engine, [q.cmdline() for q in tree]
+        tree, _ = _mid_test(proc, out, 2)
         t0 = time.monotonic()
         proc.kill()  # the main process only; the engine is in its process group, left alone
         # the pipes close once every process that shares them (engine, guard) is gone

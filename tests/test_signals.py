@@ -16,7 +16,7 @@ import pytest
 
 from harness.proc.children import EXIT_TIMEOUT, run_child
 from tests.conftest import REPO
-from tests.procs import alive, wait_for
+from tests.procs import alive, default_sigint, wait_for
 
 # A command whose first interrupt starts a shutdown that never ends (a hung engine), with a
 # grandchild of its own: only a second signal gets it out.
@@ -50,6 +50,9 @@ def test_second_signal_kills_everything_at_once(signum):
         text=True,
         cwd=str(REPO),
         start_new_session=True,
+        # as from a terminal: a suite started in the background inherits SIGINT ignored, and
+        # our handler rightly leaves an ignored SIGINT ignored
+        preexec_fn=default_sigint,
     )
     try:
         child = psutil.Process(int(proc.stdout.readline()))
