@@ -79,9 +79,8 @@ def _still_ours(procs: dict[int, psutil.Process]) -> list[psutil.Process]:
     return list(found.values())
 
 
-def watch(parent: int, poll_s: float = POLL_S, grace_s: float = GRACE_S) -> int:
-    """The guard's loop: follow `parent`'s descendants until `parent` is gone, then stop them.
-    Returns how many processes it had to stop."""
+def watch(parent: int, poll_s: float = POLL_S, grace_s: float = GRACE_S) -> None:
+    """The guard's loop: follow `parent`'s descendants until `parent` is gone, then stop them."""
     me = os.getpid()
     known: dict[int, psutil.Process] = {}
     while os.getppid() == parent:
@@ -95,7 +94,7 @@ def watch(parent: int, poll_s: float = POLL_S, grace_s: float = GRACE_S) -> int:
         time.sleep(poll_s)
     left = _still_ours(known)
     if not left:
-        return 0
+        return
     names = []
     for p in left:
         with contextlib.suppress(psutil.Error):
@@ -114,7 +113,6 @@ def watch(parent: int, poll_s: float = POLL_S, grace_s: float = GRACE_S) -> int:
         with contextlib.suppress(psutil.Error):
             p.kill()
     psutil.wait_procs(alive, timeout=grace_s)
-    return len(left)
 
 
 if __name__ == "__main__":
