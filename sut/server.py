@@ -29,6 +29,13 @@ Offline DP runs here too, but asks the engine for final outputs only (`FINAL_ONL
 per request instead of one per token waking the loop, and no first-token reports (Offline has
 no TTFT).
 
+What a run looked like (`timeline()`): per sample its issue, first-token and completion times
+and its token count, plus a gauge sampled twice a second of samples issued, completed and inside
+the engine. The harness turns these into the backlog-over-time picture and the sustained-rate
+verdict (harness/run/timeline.py): a Server run can meet its p99 limits early and still be
+falling behind, which only the backlog's trend shows. Recording costs two clock reads and one
+tuple per sample.
+
 Failures and shutdown
 - Every sample is answered through the ledger (sut.lifecycle): exactly once, first token
   before completion, whatever fails. Any exception (the engine died, a request failed, a
@@ -74,6 +81,7 @@ from sut.lifecycle import (
 log = logging.getLogger(__name__)
 
 WATCHDOG_PERIOD_S = 0.5
+GAUGE_PERIOD_S = 0.5
 FAILED_ENGINE_GRACE_S = 2.0
 
 # The async engine logs throughput every few seconds by default; LoadGen measures that itself.
@@ -96,6 +104,19 @@ class ServerStats(SUTStats):
     single_token_outputs: int = 0
     loadgen_first_token_calls: int = 0
     loadgen_complete_calls: int = 0
+
+
+@dataclass
+class Timeline:
+    """What one LoadGen test looked like from the SUT, in `time.monotonic()` seconds.
+
+    `samples`: (issued, first token, completed, tokens) per answered sample (first token is the
+    completion time when none came before it). `gauges`: (time, issued, completed, in the
+    engine), sampled every GAUGE_PERIOD_S while the test runs.
+    """
+
+    samples: list[tuple[float, float, float, int]]
+    gauges: list[tuple[float, int, int, int]]
 
 
 class ServerSUT(EngineSUT):
@@ -137,6 +158,8 @@ class ServerSUT(EngineSUT):
         self._flush_scheduled = False
         self._next_request = 0
         self._warned_single = False
+        self._samples: list[tuple[float, float, float, int]] = []
+        self._gauges: list[tuple[float, int, int, int]] = []
         self._progress = Progress(progress, name)
         self._loop = asyncio.new_event_loop()
         self._limit: asyncio.Semaphore | None = None
@@ -232,6 +255,26 @@ class ServerSUT(EngineSUT):
 
     def _start_watchdog(self) -> None:
         self._tasks.add(self._loop.create_task(self._watch_engine()))
+        self._tasks.add(self._loop.create_task(self._sample_gauges()))
+
+    async def _sample_gauges(self) -> None:
+        """Issued / completed / in the engine, twice a second while samples are issued."""
+        while not self._closed:
+            await asyncio.sleep(GAUGE_PERIOD_S)
+            stats = self.stats
+            if stats.issued:
+                self._gauges.append(
+                    (time.monotonic(), stats.issued, stats.completed, stats.engine_in_flight)
+                )
+
+    def reset_stats(self) -> None:
+        super().reset_stats()
+        self._samples = []
+        self._gauges = []
+
+    def timeline(self) -> Timeline:
+        """The current test's record (see the module docstring); copies, safe from any thread."""
+        return Timeline(list(self._samples), list(self._gauges))
 
     async def _watch_engine(self) -> None:
         while not self._closed:
@@ -244,12 +287,13 @@ class ServerSUT(EngineSUT):
     def issue_queries(self, query_samples) -> None:
         # Copy (id, index) out now: LoadGen owns the QuerySample objects. Never block here.
         items = [(q.id, q.index) for q in query_samples]
+        issued_at = time.monotonic()
         self._note_issued([rid for rid, _ in items])
         if self.error is not None or self._closed:
             self._fail_outstanding()
             return
         try:
-            self._loop.call_soon_threadsafe(self._start, items)
+            self._loop.call_soon_threadsafe(self._start, items, issued_at)
         except RuntimeError:  # loop closed: the SUT was shut down while LoadGen still runs
             self._fail_outstanding()
 
@@ -257,7 +301,7 @@ class ServerSUT(EngineSUT):
         pass
 
     # Per-sample work (loop thread) ---------------------------------------------------------
-    def _start(self, items: list[tuple[int, int]]) -> None:
+    def _start(self, items: list[tuple[int, int]], issued_at: float) -> None:
         try:
             stats = self.stats
             stats.in_flight = self.ledger.in_flight
@@ -267,15 +311,16 @@ class ServerSUT(EngineSUT):
             for rid, index in items:
                 if self.error is not None or self._closed or not self.ledger.is_open(rid):
                     continue  # answered already (fail() answers every outstanding sample)
-                task = self._loop.create_task(self._serve(rid, index))
+                task = self._loop.create_task(self._serve(rid, index, issued_at))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
         except Exception as exc:
             self.fail(exc)
 
-    async def _serve(self, rid: int, index: int) -> None:
+    async def _serve(self, rid: int, index: int, issued_at: float) -> None:
         tokens: list[int] = []
         failed = True
+        first_at = 0.0
         try:
             limit = self._limit
             if limit is not None:
@@ -293,8 +338,10 @@ class ServerSUT(EngineSUT):
                     self.ledger.progress()
                     new = out.outputs[0].token_ids if out.outputs else ()
                     if new:
-                        if not tokens and self._report_first:
-                            self._queue_first(rid, list(new))
+                        if not tokens:
+                            first_at = time.monotonic()
+                            if self._report_first:
+                                self._queue_first(rid, list(new))
                         tokens.extend(new)
                     # No break on `finished`: the generator ends by itself after its last
                     # output; leaving it suspended would make vLLM abort the request at GC.
@@ -309,6 +356,8 @@ class ServerSUT(EngineSUT):
             self._finish(rid, tokens, failed=True)
             self.fail(exc)
             return
+        done_at = time.monotonic()
+        self._samples.append((issued_at, first_at or done_at, done_at, len(tokens)))
         self._finish(rid, tokens, failed=failed)
 
     def fail(self, exc: BaseException) -> None:

@@ -369,6 +369,7 @@ def run(
                 add_cost(perf, req.price_per_hour)
                 if req.scenario != "Offline":
                     _add_latency_fields(perf, detail.values)
+                    perf.update(record_timeline(sut, settings, out, prep))
             else:
                 result.accuracy = {"log": str(log_dir / ACCURACY_LOG)}
             keep_stats(mode)
@@ -464,6 +465,34 @@ def run_loadgen_test(
     thread.join()
     if failure:
         raise failure[0]
+
+
+def record_timeline(sut: Any, settings: Any, out_dir: Path, prep: PreparedRun) -> dict[str, Any]:
+    """Server-like tests: the sustained-rate verdict and the backlog picture beside result.json
+    (harness/run/timeline.py). Nothing here may fail the run: the LoadGen logs are the result."""
+    timeline = getattr(sut, "timeline", None)
+    if timeline is None:
+        return {}
+    try:
+        from harness.run.timeline import judge_sustained, write_timeline
+
+        tl = timeline()
+        target = float(getattr(settings, "server_target_qps", 0) or 0) or None
+        verdict = judge_sustained(tl.samples, tl.gauges, target)
+        limits = prep.bench.server_limits
+        written = write_timeline(
+            out_dir,
+            tl.samples,
+            tl.gauges,
+            verdict,
+            title=f"{prep.loadgen_model} {prep.request.scenario} at {target or 0:g} QPS",
+            limits_ms=(limits.ttft_ms, limits.tpot_ms) if limits else (None, None),
+        )
+        print(verdict.line(), flush=True)
+        return {"sustained": verdict.to_dict(), "timeline": written}
+    except Exception as exc:  # pragma: no cover - a bug here must not cost the measurement
+        log.exception("timeline not recorded")
+        return {"timeline": {"error": f"{type(exc).__name__}: {exc}"}}
 
 
 def _add_latency_fields(perf: dict[str, Any], v: Mapping[str, Any]) -> None:

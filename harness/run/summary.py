@@ -74,6 +74,9 @@ def result_rows(run: RunResult | Mapping[str, Any]) -> list[tuple[str, str]]:
             rows.append(("early stopping", "met" if perf["early_stopping_met"] else "NOT met"))
         for failed in perf.get("failed_constraints") or []:
             rows.append(("  failed", failed))
+        sustained = perf.get("sustained")
+        if sustained:
+            rows.append(("engine kept up", _sustained_text(sustained)))
         stats = result.sut_stats or {}
         if perf["scenario"] != "Offline" and "peak_engine_in_flight" in stats:
             rows.append(
@@ -95,6 +98,17 @@ def result_rows(run: RunResult | Mapping[str, Any]) -> list[tuple[str, str]]:
     if result.error:
         rows.append(("error", result.error))
     return rows
+
+
+def _sustained_text(v: Mapping[str, Any]) -> str:
+    if v.get("kept_up") is None:
+        return f"not judged: {v.get('reason')}"
+    head = "yes" if v["kept_up"] else "NO (the queue grew: this rate is over capacity)"
+    return (
+        f"{head}; completed {v['completed_to_issued']:.3f} of issued, backlog "
+        f"{v['backlog_start']:.0f} -> {v['backlog_end']:.0f} over {v['window_start_s']:.0f}-"
+        f"{v['window_end_s']:.0f} s (timeline.png)"
+    )
 
 
 def _limit_ok(value: float | None, limit: float | None) -> str:

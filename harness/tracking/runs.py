@@ -282,6 +282,8 @@ def log_result_dir(
 
     add(result_path)
     add(env_path)
+    for name in ("timeline.json", "timeline.png"):  # Server-like runs: the backlog picture
+        add(out / name)
     for mode in ("performance", "accuracy"):
         folder = out / mode
         if not folder.is_dir():

@@ -1,0 +1,352 @@
+"""Did the engine keep up? The backlog of a Server / Interactive test over time, and the one
+sustained-rate rule every judge of such a test uses (run, calibrate, bench/server_capacity.py).
+
+A Server test's p99 latencies say nothing about whether the engine keeps up: above its capacity
+the backlog (samples issued and not yet completed) grows by (target - capacity) every second,
+and a 10-30 s test is over before that shows in a p99, while a 600 s run at the same rate is
+INVALID. So a test is judged also by its steady part: from the moment the engine filled up (twice
+the median sample latency after the first issue, at least a tenth of the issue span) to the last
+issue (what follows is the drain). Over that window
+- the samples completed must match the samples issued (within `tolerance`), and
+- the backlog's trend (least-squares slope x window length) must not grow by more than
+  `tolerance` of the samples issued in the window.
+A window shorter than three median latencies, or with fewer than MIN_WINDOW_SAMPLES issued,
+cannot tell a queue that grows from one that fills: the verdict is then "not judged" and a
+calibration trial so judged does not pass (make it longer).
+
+The SUT records the raw events (sut.server.Timeline); this module turns them into the verdict,
+a compact per-second series (timeline.json) and a chart (timeline.png) beside result.json.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+TIMELINE_JSON = "timeline.json"
+TIMELINE_PNG = "timeline.png"
+DEFAULT_TOLERANCE = 0.03
+MIN_WINDOW_SAMPLES = 50
+
+Sample = tuple[float, float, float, int]  # issued, first token, completed, tokens
+Gauge = tuple[float, int, int, int]  # time, issued, completed, in the engine
+
+
+@dataclass(frozen=True)
+class SustainedVerdict:
+    """The steady part of one test. `kept_up`: True, False, or None (too short to judge)."""
+
+    kept_up: bool | None
+    reason: str
+    target_qps: float | None
+    issued_qps: float  # over the whole issue span
+    window_start_s: float  # seconds after the first issue
+    window_end_s: float
+    issued_in_window: int
+    completed_in_window: int
+    completed_qps_in_window: float
+    completed_to_issued: float
+    backlog_start: float  # fitted backlog at the window's start and end
+    backlog_end: float
+    backlog_growth: float  # fitted end - start
+    peak_backlog: int
+    peak_in_engine: int
+    drain_s: float  # last completion - last issue
+    median_latency_s: float
+    tolerance: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in asdict(self).items()}
+
+    def line(self) -> str:
+        """One line for logs, confs and tables."""
+        if self.kept_up is None:
+            return f"sustained: not judged ({self.reason})"
+        return (
+            f"{'kept up' if self.kept_up else 'FELL BEHIND'}: completed "
+            f"{self.completed_to_issued:.3f} of issued over {self.window_start_s:.0f}-"
+            f"{self.window_end_s:.0f} s ({self.completed_qps_in_window:.2f}/s), backlog "
+            f"{self.backlog_start:.0f} -> {self.backlog_end:.0f} (peak {self.peak_backlog})"
+        )
+
+
+def _backlog_at(issues: Sequence[float], dones: Sequence[float], t: float) -> int:
+    import bisect
+
+    return bisect.bisect_right(issues, t) - bisect.bisect_right(dones, t)
+
+
+def _fit(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
+    """Least-squares line: (slope, intercept)."""
+    n = len(xs)
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    if sxx == 0:
+        return 0.0, my
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx
+    return slope, my - slope * mx
+
+
+def judge_sustained(
+    samples: Sequence[Sample],
+    gauges: Sequence[Gauge] = (),
+    target_qps: float | None = None,
+    tolerance: float = DEFAULT_TOLERANCE,
+) -> SustainedVerdict:
+    """The sustained-rate verdict of one test (see the module docstring)."""
+    issues = sorted(s[0] for s in samples)
+    dones = sorted(s[2] for s in samples)
+    if len(samples) < 2:
+        zero = dict.fromkeys(
+            ("issued_qps", "window_start_s", "window_end_s", "completed_qps_in_window"), 0.0
+        )
+        return SustainedVerdict(
+            kept_up=None,
+            reason="fewer than two samples",
+            target_qps=target_qps,
+            issued_in_window=0,
+            completed_in_window=0,
+            completed_to_issued=0.0,
+            backlog_start=0.0,
+            backlog_end=0.0,
+            backlog_growth=0.0,
+            peak_backlog=0,
+            peak_in_engine=0,
+            drain_s=0.0,
+            median_latency_s=0.0,
+            tolerance=tolerance,
+            **zero,
+        )
+    t0, last_issue = issues[0], issues[-1]
+    span = last_issue - t0
+    latencies = sorted(s[2] - s[0] for s in samples)
+    median = latencies[len(latencies) // 2]
+    start = t0 + min(max(2 * median, 0.1 * span), 0.5 * span)
+    end = last_issue
+    window = end - start
+    issued_w = _backlog_count(issues, start, end)
+    completed_w = _backlog_count(dones, start, end)
+    # Backlog at evenly spaced times in the window (200 points at most).
+    n_points = max(2, min(200, int(window * 4) + 2))
+    xs = [start + window * i / (n_points - 1) for i in range(n_points)]
+    ys = [_backlog_at(issues, dones, x) for x in xs]
+    slope, icept = _fit(xs, ys)
+    b_start, b_end = slope * start + icept, slope * end + icept
+    growth = b_end - b_start
+    peak = max((_backlog_at(issues, dones, t) for t in issues), default=0)
+    peak_engine = max((g[3] for g in gauges), default=0)
+    ratio = completed_w / issued_w if issued_w else 0.0
+    common = dict(
+        target_qps=target_qps,
+        issued_qps=(len(issues) - 1) / span if span > 0 else 0.0,
+        window_start_s=start - t0,
+        window_end_s=end - t0,
+        issued_in_window=issued_w,
+        completed_in_window=completed_w,
+        completed_qps_in_window=completed_w / window if window > 0 else 0.0,
+        completed_to_issued=ratio,
+        backlog_start=b_start,
+        backlog_end=b_end,
+        backlog_growth=growth,
+        peak_backlog=peak,
+        peak_in_engine=peak_engine,
+        drain_s=max(dones[-1] - last_issue, 0.0),
+        median_latency_s=median,
+        tolerance=tolerance,
+    )
+    if window < 3 * median or issued_w < MIN_WINDOW_SAMPLES:
+        reason = (
+            f"the steady part ({window:.1f} s, {issued_w} issued) is shorter than 3 median "
+            f"latencies ({3 * median:.1f} s) or {MIN_WINDOW_SAMPLES} samples: a longer test is "
+            "needed to tell a growing queue from a filling one"
+        )
+        return SustainedVerdict(kept_up=None, reason=reason, **common)  # type: ignore[arg-type]
+    problems = []
+    if ratio < 1 - tolerance:
+        problems.append(
+            f"completed {completed_w} of {issued_w} issued in the steady part "
+            f"({ratio:.3f} < {1 - tolerance:.2f})"
+        )
+    if growth > tolerance * issued_w:
+        problems.append(
+            f"the backlog grew by {growth:.0f} samples over {window:.0f} s "
+            f"(> {tolerance:.0%} of {issued_w} issued)"
+        )
+    reason = "; ".join(problems) or "completions kept pace with issues and the backlog was flat"
+    return SustainedVerdict(kept_up=not problems, reason=reason, **common)  # type: ignore[arg-type]
+
+
+def _backlog_count(times: Sequence[float], start: float, end: float) -> int:
+    import bisect
+
+    return bisect.bisect_right(times, end) - bisect.bisect_right(times, start)
+
+
+def _p99(values: list[float]) -> float | None:
+    if not values:
+        return None
+    values.sort()
+    return values[min(len(values) - 1, math.ceil(0.99 * len(values)) - 1)]
+
+
+def series(samples: Sequence[Sample], gauges: Sequence[Gauge], step_s: float | None = None):
+    """Per-step rows: t, issued, completed, backlog, in the engine, and the p99 TTFT / TPOT (ms)
+    of the samples whose first token / completion fell in the step (the SUT's own clock: close
+    to LoadGen's, which starts at the scheduled issue time)."""
+    if not samples:
+        return []
+    issues = sorted(s[0] for s in samples)
+    dones = sorted(s[2] for s in samples)
+    t0, t_end = issues[0], max(dones[-1], issues[-1])
+    if step_s is None:  # about 120 rows, whole seconds for runs over two minutes
+        step_s = max(0.25, math.ceil((t_end - t0) / 120)) if t_end - t0 > 120 else 1.0
+    n = int((t_end - t0) / step_s) + 1
+    ttft: list[list[float]] = [[] for _ in range(n)]
+    tpot: list[list[float]] = [[] for _ in range(n)]
+    for issued, first, done, tokens in samples:
+        ttft[min(n - 1, int((first - t0) / step_s))].append((first - issued) * 1e3)
+        if tokens > 1:
+            tpot[min(n - 1, int((done - t0) / step_s))].append((done - first) * 1e3 / (tokens - 1))
+    gauge_times = [g[0] for g in gauges]
+    rows = []
+    import bisect
+
+    for i in range(n):
+        t = t0 + (i + 1) * step_s
+        g = bisect.bisect_right(gauge_times, t) - 1
+        rows.append(
+            {
+                "t": round((i + 1) * step_s, 3),
+                "issued": bisect.bisect_right(issues, t),
+                "completed": bisect.bisect_right(dones, t),
+                "backlog": _backlog_at(issues, dones, t),
+                "in_engine": gauges[g][3] if g >= 0 else 0,
+                "ttft_p99_ms": _round(_p99(ttft[i])),
+                "tpot_p99_ms": _round(_p99(tpot[i])),
+            }
+        )
+    return rows
+
+
+def _round(v: float | None) -> float | None:
+    return None if v is None else round(v, 2)
+
+
+def write_timeline(
+    out_dir: Path,
+    samples: Sequence[Sample],
+    gauges: Sequence[Gauge],
+    verdict: SustainedVerdict,
+    *,
+    title: str = "",
+    limits_ms: tuple[float | None, float | None] = (None, None),
+) -> dict[str, str]:
+    """timeline.json (verdict + per-step series) and timeline.png in `out_dir`, each written
+    aside and renamed into place. Returns the paths written; a chart that fails is reported,
+    not raised (the measurement is on disk already)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rows = series(samples, gauges)
+    doc = {"verdict": verdict.to_dict(), "limits_ms": list(limits_ms), "series": rows}
+    path = out_dir / TIMELINE_JSON
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(doc, separators=(",", ":")))
+    tmp.replace(path)
+    written = {"json": str(path)}
+    try:
+        written["png"] = str(plot_timeline(out_dir / TIMELINE_PNG, rows, verdict, title, limits_ms))
+    except Exception as exc:  # the chart is a convenience; the data is written
+        written["png_error"] = f"{type(exc).__name__}: {exc}"
+    return written
+
+
+def plot_timeline(
+    path: Path,
+    rows: list[dict[str, Any]],
+    verdict: SustainedVerdict,
+    title: str,
+    limits_ms: tuple[float | None, float | None],
+) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    t = [r["t"] for r in rows]
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(8, 5.5), sharex=True)
+    ax1.plot(t, [r["backlog"] for r in rows], label="backlog (issued - completed)")
+    ax1.plot(t, [r["in_engine"] for r in rows], label="in the engine", alpha=0.7)
+    ax1.axvspan(verdict.window_start_s, verdict.window_end_s, color="0.9", label="steady part")
+    ax1.set_ylabel("samples")
+    ax1.legend(loc="upper left", fontsize=8)
+    ax1.set_title(f"{title}\n{verdict.line()}", fontsize=9)
+    for key, label, limit, style in (
+        ("ttft_p99_ms", "TTFT p99 (per step)", limits_ms[0], "-"),
+        ("tpot_p99_ms", "TPOT p99 (per step)", limits_ms[1], "-"),
+    ):
+        pts = [(r["t"], r[key]) for r in rows if r[key] is not None]
+        if pts:
+            (line,) = ax2.plot(*zip(*pts, strict=True), style, label=label)
+            if limit:
+                ax2.axhline(limit, color=line.get_color(), ls="--", lw=0.8)
+    ax2.set_yscale("log")
+    ax2.set_ylabel("ms (dashed: limits)")
+    ax2.set_xlabel("seconds since the first issue")
+    ax2.legend(loc="upper left", fontsize=8)
+    fig.tight_layout()
+    tmp = path.with_name(path.stem + ".tmp.png")
+    fig.savefig(tmp, dpi=80)
+    plt.close(fig)
+    tmp.replace(path)
+    return path
+
+
+# A p99 early-stopping estimate needs some hundreds of queries even with none over the limit;
+# below this count LoadGen's "early stopping not satisfied" says only that the test was short.
+EARLY_STOPPING_MIN_QUERIES = 662
+
+
+@dataclass(frozen=True)
+class TrialJudgement:
+    passed: bool
+    reasons: list[str]  # why it did not pass (empty when it passed)
+    notes: list[str]  # what was not judged, and why
+
+
+def judge_trial(
+    perf: dict[str, Any],
+    verdict: SustainedVerdict,
+    ttft_limit_ms: float | None,
+    tpot_limit_ms: float | None,
+) -> TrialJudgement:
+    """The one rule for a Server / Interactive trial at a fixed target: p99 TTFT and TPOT within
+    the limits, early stopping met (where the trial had enough queries to judge it), and the
+    engine kept up over the trial's steady part (judge_sustained). A rate passes only when a
+    run of any length at it would: a p99 alone says nothing about a queue that grows."""
+    reasons: list[str] = []
+    notes: list[str] = []
+    for label, key, limit in (
+        ("TTFT", "ttft_p99_ms", ttft_limit_ms),
+        ("TPOT", "tpot_p99_ms", tpot_limit_ms),
+    ):
+        value = perf.get(key)
+        if limit and value is None:
+            reasons.append(f"no {label} p99 in the LoadGen log")
+        elif limit and value > limit:
+            reasons.append(f"{label} p99 {value:,.1f} ms > {limit:,.0f} ms")
+    queries = int(perf.get("sample_count") or 0)
+    if perf.get("early_stopping_met") is False:
+        if queries >= EARLY_STOPPING_MIN_QUERIES:
+            reasons.append("LoadGen's early stopping not satisfied")
+        else:
+            notes.append(f"early stopping not judged ({queries} < {EARLY_STOPPING_MIN_QUERIES})")
+    if verdict.kept_up is None:
+        reasons.append(f"sustained rate not judged: {verdict.reason}")
+    elif not verdict.kept_up:
+        reasons.append(f"the engine fell behind: {verdict.reason}")
+    if int(perf.get("num_errors") or 0):
+        notes.append(f"LoadGen logged {perf['num_errors']} error(s)")
+    return TrialJudgement(not reasons, reasons, notes)

@@ -1,0 +1,257 @@
+"""One engine, many short LoadGen tests: Server / Interactive trials at fixed targets and an
+Offline measurement on the same engine (calibration, capacity benches).
+
+A `mlperf-vllm run` per trial costs an engine start each (~1 min for an 8B on a GPU, over two
+for a 70B), and a search takes five to eight trials. Here the engine starts once; each trial is
+one LoadGen test in this process. LoadGen reads its built-in mlperf.conf only on the first
+`FromConfig` of a process, so the settings are built once (mlperf.conf + the user.conf: latency
+limits, seeds) and each trial then sets only its own fields: target QPS, duration, query count
+and the samples loaded. A trial loads about `target x duration` samples, because LoadGen rounds
+an LLM Server test up to whole passes over the loaded samples (a 60 s trial at 50 QPS over all
+13,368 would run 267 s).
+
+Each trial is judged by the one rule (harness.run.timeline.judge_trial: p99 limits, early
+stopping where judgeable, and the engine keeping up over the steady part), and leaves its LoadGen
+logs and its timeline (json + png) in its own folder.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.run.logs import parse_detail_log, performance_result
+from harness.run.runner import (
+    EngineFailure,
+    PreparedRun,
+    _add_latency_fields,
+    build_sut,
+    run_loadgen_test,
+)
+from harness.run.settings import (
+    SettingsRequest,
+    audit_path_for,
+    build_log_settings,
+    build_test_settings,
+)
+from harness.run.timeline import judge_sustained, judge_trial, write_timeline
+from sut.engine import describe_error
+
+
+@dataclass
+class TrialResult:
+    """One Server-like trial: its settings, LoadGen's figures, the sustained verdict, the rule's
+    judgement."""
+
+    name: str
+    target_qps: float
+    duration_s: float  # min_duration asked
+    loaded_samples: int
+    passed: bool
+    reasons: list[str]
+    notes: list[str]
+    validity: str
+    ttft_p99_ms: float | None
+    tpot_p99_ms: float | None
+    completed_qps: float | None  # LoadGen's, drain included
+    queries: int
+    wall_s: float
+    sustained: dict[str, Any]
+    log_dir: str
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def line(self) -> str:
+        s = self.sustained
+        kept = {True: "kept up", False: "FELL BEHIND", None: "not judged"}[s.get("kept_up")]
+        return (
+            f"{self.target_qps:g} QPS: TTFT p99 {_ms(self.ttft_p99_ms)}, TPOT p99 "
+            f"{_ms(self.tpot_p99_ms)}, completed {s.get('completed_qps_in_window', 0):.2f}/s "
+            f"in the steady part ({s.get('completed_to_issued', 0):.3f} of issued), backlog "
+            f"{s.get('backlog_start', 0):.0f} -> {s.get('backlog_end', 0):.0f}, {kept} -> "
+            + ("pass" if self.passed else "FAIL: " + "; ".join(self.reasons))
+        )
+
+
+def _ms(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:,.1f} ms"
+
+
+class TrialEngine:
+    """Start the engine of `prep` once; run trials on it; `close()` stops it."""
+
+    def __init__(self, prep: PreparedRun, logs: Path, *, ttft_ms=None, tpot_ms=None):
+        import mlperf_loadgen as lg
+
+        from sut.qsl import TokenQSL
+
+        self.lg, self.prep, self.logs = lg, prep, logs
+        logs.mkdir(parents=True, exist_ok=True)
+        req = prep.request
+        # Interactive runs LoadGen's Server scenario under the `-interactive` model name.
+        self.settings = build_test_settings(
+            SettingsRequest(prep.loadgen_model, req.scenario, req.user_conf, prep.dataset.size)
+        )
+        limits = prep.bench.server_limits
+        self.ttft_ms = ttft_ms or (limits.ttft_ms if limits else None)
+        self.tpot_ms = tpot_ms or (limits.tpot_ms if limits else None)
+        if ttft_ms:
+            self.settings.ttft_latency = int(ttft_ms * 1e6)
+        if tpot_ms:
+            self.settings.tpot_latency = int(tpot_ms * 1e6)
+        self.size = prep.dataset.size
+        self.audit = audit_path_for(logs, None)
+        self.n = 0
+        self.qsl = TokenQSL(prep.dataset.prompts)
+        t0 = time.monotonic()
+        try:
+            self.sut = build_sut(prep)
+        except BaseException:
+            self.qsl.destroy()
+            raise
+        self.engine_start_s = time.monotonic() - t0
+        self.trials: list[TrialResult] = []
+
+    def _test(self, settings: Any, name: str) -> tuple[Path, float]:
+        self.n += 1
+        log_dir = self.logs / f"{self.n:02d}-{name}"
+        self.sut.reset_stats()
+        t0 = time.monotonic()
+        run_loadgen_test(
+            self.lg,
+            self.sut,
+            self.qsl,
+            settings,
+            build_log_settings(log_dir),
+            self.audit,
+            "performance",
+            self.prep.request.stall_timeout_s,
+        )
+        if self.sut.error is not None:
+            raise EngineFailure(
+                f"vLLM engine failed during {name}: {describe_error(self.sut.error)}"
+            )
+        return log_dir, time.monotonic() - t0
+
+    def offline_rate(self, samples: int) -> dict[str, Any]:
+        """One Offline test of `samples` samples on this engine: its samples/s is the ceiling
+        no Server target on the same engine can sustain."""
+        lg = self.lg
+        s = lg.TestSettings()
+        s.scenario = lg.TestScenario.Offline
+        s.mode = lg.TestMode.PerformanceOnly
+        s.use_token_latencies = True
+        s.min_duration_ms = 0
+        s.min_query_count = samples
+        s.offline_expected_qps = float(samples)
+        s.performance_sample_count_override = min(samples, self.size)
+        log_dir, wall = self._test(s, f"offline-{samples}")
+        perf = performance_result(log_dir).to_dict()
+        perf["wall_s"] = round(wall, 2)
+        perf["log_dir"] = str(log_dir)
+        return perf
+
+    def trial(
+        self, qps: float, duration_s: float, *, name: str = "trial", max_in_flight=None
+    ) -> TrialResult:
+        """One Server-like test at `qps` for about `duration_s`, judged by the one rule."""
+        s = self.settings
+        lg = self.lg
+        s.mode = lg.TestMode.PerformanceOnly
+        s.server_target_qps = qps
+        s.min_duration_ms = int(duration_s * 1000)
+        wanted = max(1, math.ceil(qps * duration_s))
+        s.min_query_count = wanted
+        loaded = min(wanted, self.size)
+        s.performance_sample_count_override = loaded
+        limiter = getattr(self.sut, "limit_in_flight", None)
+        if limiter is not None:
+            limiter(max_in_flight)
+        log_dir, wall = self._test(s, f"{name}-{qps:g}")
+        detail = parse_detail_log(log_dir / "mlperf_log_detail.txt")
+        perf = performance_result(log_dir, detail).to_dict()
+        _add_latency_fields(perf, detail.values)
+        tl = self.sut.timeline()
+        verdict = judge_sustained(tl.samples, tl.gauges, qps)
+        write_timeline(
+            log_dir,
+            tl.samples,
+            tl.gauges,
+            verdict,
+            title=f"{self.prep.loadgen_model} {name} at {qps:g} QPS",
+            limits_ms=(self.ttft_ms, self.tpot_ms),
+        )
+        judged = judge_trial(perf, verdict, self.ttft_ms, self.tpot_ms)
+        stats = self.sut.stats
+        result = TrialResult(
+            name=name,
+            target_qps=qps,
+            duration_s=duration_s,
+            loaded_samples=loaded,
+            passed=judged.passed,
+            reasons=judged.reasons,
+            notes=judged.notes,
+            validity=str(perf.get("validity")),
+            ttft_p99_ms=perf.get("ttft_p99_ms"),
+            tpot_p99_ms=perf.get("tpot_p99_ms"),
+            completed_qps=perf.get("samples_per_second"),
+            queries=int(perf.get("sample_count") or 0),
+            wall_s=round(wall, 2),
+            sustained=verdict.to_dict(),
+            log_dir=str(log_dir),
+            extra={
+                "peak_engine_in_flight": getattr(stats, "peak_engine_in_flight", None),
+                "completed_tokens_per_s": perf.get("tokens_per_second"),
+                "early_stopping_met": perf.get("early_stopping_met"),
+            },
+        )
+        self.trials.append(result)
+        return result
+
+    def close(self) -> None:
+        try:
+            self.sut.stop()
+        finally:
+            self.qsl.destroy()
+
+
+def bounded_search(
+    measure,
+    start: float,
+    ceiling: float | None,
+    trials: int,
+    precision: float = 0.02,
+    decimals: int = 3,
+) -> tuple[float | None, list[tuple[float, bool]]]:
+    """Highest passing rate, never above `ceiling` (the same engine's Offline samples/s, which
+    counts as a failure without being tried). `measure(qps) -> bool` runs one trial; at most
+    `trials` of them. Below the first failure the step is x0.8; between a pass and a failure,
+    bisection, until they are within `precision` of each other."""
+    lo: float | None = None
+    hi: float | None = ceiling
+    history: list[tuple[float, bool]] = []
+    q = min(start, ceiling) if ceiling else start
+    for _ in range(trials):
+        q = round(q, decimals)
+        if q <= 0 or any(q == h for h, _ in history):
+            break
+        ok = measure(q)
+        history.append((q, ok))
+        if ok:
+            lo = q if lo is None else max(lo, q)
+        else:
+            hi = q if hi is None else min(hi, q)
+        if lo is None:
+            q = q * 0.8
+        elif hi is None:
+            q = lo * 2
+        else:
+            if (hi - lo) <= precision * lo:
+                break
+            q = (lo + hi) / 2
+    return lo, history
