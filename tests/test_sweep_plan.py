@@ -262,7 +262,7 @@ def test_stacked_keeps_only_what_helped_and_goes_on_after_a_failure(tmp_path):
     assert by["+d"].kept.startswith("kept")
     assert sweep.final_stack == ["a", "d"]
     assert by["+d"].safe_to_ship == "yes" and by["+c"].safe_to_ship == "no"
-    write_reports(sweep, {})
+    write_reports(tmp_path / "out", "stacked", plan, sweep.rows, {}, sweep.final_stack)
     with open(tmp_path / "out" / "sweep.csv") as fh:
         csv_rows = list(csv.DictReader(fh))
     assert [r["config"] for r in csv_rows] == ["baseline", "+a", "+b", "+c", "+d"]

@@ -218,6 +218,7 @@ class Sweep:
         self.rows: list[ConfigRow] = []
         self.repeats: dict[str, list[RepeatOutcome]] = {}
         self.baseline: RepeatOutcome | None = None
+        self.final_stack: list[str] | None = None  # stacked: the knobs kept, once run
 
     # one config ---------------------------------------------------------------------------
 
@@ -530,7 +531,7 @@ def run_sweep(plan_path: str | Path, options: SweepOptions, tracking_cfg: Any) -
         meta["mlflow_parent_run_id"] = parent.run_id
         sweep = Sweep(plan, options, parent)
         sweep.run()
-        write_reports(sweep, meta)
+        write_reports(out, options.kind, plan, sweep.rows, meta, sweep.final_stack)
         rows = sweep.rows
         parent.log_metrics(
             {
@@ -541,9 +542,7 @@ def run_sweep(plan_path: str | Path, options: SweepOptions, tracking_cfg: Any) -
                 "sweep.safe": sum(r.safe_to_ship == "yes" for r in rows),
             }
         )
-        parent.set_tags(
-            {"sweep.final_stack": " + ".join(getattr(sweep, "final_stack", [])) or None}
-        )
+        parent.set_tags({"sweep.final_stack": " + ".join(sweep.final_stack or []) or None})
         for name_ in ("sweep.md", "sweep.png"):
             parent.log_artifact(out / name_)
     return sweep
