@@ -9,7 +9,11 @@ evaluation -> harness.tracking. So:
   sweep/, assets/ < cli/. The run layer never imports submission (the CLI hands the runner
   the preflight), and nothing outside cli/ imports the CLI;
 - no import cycle among modules, counting every import: at module level, inside functions and
-  under TYPE_CHECKING (a lazy import still ties the two modules together).
+  under TYPE_CHECKING (a lazy import still ties the two modules together);
+- the CLI turns its flags into typed requests and hands those down: no module below it imports
+  argparse or reads an argparse namespace (`args.x`, `getattr(args, ...)`, a `Namespace`
+  parameter). sut/engine.py is the one exception: it parses vLLM's own engine flags with
+  vLLM's parser, which are engine flags, not the CLI's.
 """
 
 from __future__ import annotations
@@ -138,6 +142,61 @@ def test_nothing_outside_the_cli_imports_it() -> None:
         if _within(name, ("harness.cli",))
     ]
     assert not bad, "; ".join(bad)
+
+
+# vLLM's own engine-flag parser (engine flags, the ones `vllm serve` takes): not the CLI's.
+READS_VLLM_FLAGS = ("sut.engine",)
+
+
+def _namespace_reads(path: Path) -> Iterator[tuple[int, str]]:
+    """(line, what) for every sign of an argparse namespace in a module: argparse imported,
+    a `Namespace` annotation, or attributes of `args` read (`args.x`, `getattr(args, ...)`)."""
+    tree = ast.parse(path.read_text(), str(path))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import) and any(a.name == "argparse" for a in node.names):
+            yield node.lineno, "imports argparse"
+        elif isinstance(node, ast.ImportFrom) and node.module == "argparse":
+            yield node.lineno, "imports from argparse"
+        elif isinstance(node, ast.arg) and node.annotation is not None:
+            if "Namespace" in ast.unparse(node.annotation):
+                yield node.lineno, f"takes {node.arg}: {ast.unparse(node.annotation)}"
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            if node.value.id == "args":
+                yield node.lineno, f"reads args.{node.attr}"
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            first = node.args[0] if node.args else None
+            if (
+                node.func.id in ("getattr", "hasattr", "vars")
+                and isinstance(first, ast.Name)
+                and first.id == "args"
+            ):
+                yield node.lineno, f"reads args through {node.func.id}()"
+
+
+def test_no_module_below_the_cli_reads_its_namespace() -> None:
+    bad = [
+        f"{MODULES[m].relative_to(REPO)}:{line} {what}"
+        for m in MODULES
+        if not _within(m, ("harness.cli", *READS_VLLM_FLAGS))
+        for line, what in _namespace_reads(MODULES[m])
+    ]
+    assert not bad, "; ".join(bad)
+
+
+def test_the_namespace_check_sees_what_tracking_once_did(tmp_path) -> None:
+    old = tmp_path / "store.py"
+    old.write_text(
+        "from typing import Any\n\ndef resolve_tracking(args: Any = None):\n"
+        "    uri = getattr(args, 'mlflow_uri', None)\n    return args.experiment, uri\n\n"
+        "def f(ns: 'argparse.Namespace'):\n    import argparse\n"
+    )
+    found = sorted(what for _, what in _namespace_reads(old))
+    assert found == [
+        "imports argparse",
+        "reads args through getattr()",
+        "reads args.experiment",
+        "takes ns: 'argparse.Namespace'",
+    ]
 
 
 def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
