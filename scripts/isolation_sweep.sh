@@ -1,14 +1,6 @@
 #!/usr/bin/env bash
-# Isolation tuning sweep of a plan file (see scripts/plans/*.txt for the format).
+# Isolation tuning sweep of a plan file (see scripts/plans/*.txt for the format): the baseline,
+# then each knob alone on top of it.
 #   scripts/isolation_sweep.sh PLAN [--repeats N] [--accuracy] [--output DIR] [--resume]
 #                         [--mlflow-uri URI] [--experiment NAME] [--no-mlflow]
-# A thin wrapper: everything happens in `mlperf-vllm sweep --kind isolation`.
-set -euo pipefail
-if [ $# -lt 1 ]; then
-  echo "usage: $0 PLAN [--repeats N] [--accuracy] [--output DIR] [--resume]" >&2
-  exit 2
-fi
-if command -v mlperf-vllm >/dev/null 2>&1; then
-  exec mlperf-vllm sweep --kind isolation "$@"
-fi
-exec "${PYTHON:-python3}" -m harness.cli sweep --kind isolation "$@"
+source "$(dirname "$0")/_sweep.sh" isolation "$@"

@@ -187,3 +187,14 @@ def test_example_confs_engine_lines_parse_and_stay_compliant():
             assert resolved.get("enable_prefix_caching") is not True, line
             seen += 1
     assert seen >= 2
+
+
+@pytest.mark.parametrize("script", ["isolation_sweep.sh", "stacked_sweep.sh"])
+def test_both_sweep_entry_names_work(script):
+    """One shared body (scripts/_sweep.sh) behind both documented names; test_sweep_e2e.py runs
+    each for real."""
+    proc = subprocess.run(
+        [str(SCRIPTS / script)], env=ENV, capture_output=True, text=True, timeout=30
+    )
+    assert proc.returncode == 2 and proc.stderr.startswith(f"usage: {SCRIPTS / script} PLAN")
+    assert ("[--keep-all]" in proc.stderr) == (script == "stacked_sweep.sh")

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from harness.cli.sweep import add_sweep_arguments
-from harness.sweep.execute import Sweep, SweepOptions, engine_message
+from harness.run.child import failure_line
+from harness.sweep.execute import Sweep, SweepOptions
 from harness.sweep.plan import SINGLE_RUN, PlanError, make_config, parse_plan
 from harness.sweep.report import markdown_table, write_reports
 from harness.sweep.stats import RepeatOutcome, confounding, no_op, noise_verdict
@@ -183,7 +184,7 @@ def test_confounding_guard_checks_engine_environment_variables(tmp_path):
     assert confounding(base, run(None), spec) is None
 
 
-def test_engine_message_prefers_the_root_cause():
+def test_failure_line_prefers_the_root_cause():
     log = "\n".join(
         [
             "(Worker pid=1) ERROR 11-22 03:39:54 [multiproc_executor.py:1063] ValueError: "
@@ -193,10 +194,15 @@ def test_engine_message_prefers_the_root_cause():
             "RuntimeError: Engine core initialization failed. See root cause above.",
         ]
     )
-    assert engine_message(log) == (
+    assert failure_line(log) == (
         "ValueError: No common block size for 7 (CPU_ATTN: [MultipleOf(32)])."
     )
-    assert engine_message("nothing useful\n", "EngineFailure: boom") == "EngineFailure: boom"
+    assert failure_line("nothing useful\n", "EngineFailure: boom") == "EngineFailure: boom"
+    # bad input in the child: the CLI's one line, not the door's header above it
+    assert failure_line("$ python -m harness.cli run\nerror: model m does not exist\n") == (
+        "model m does not exist"
+    )
+    assert failure_line("$ python -m harness.cli run\n") == "the run ended without output"
 
 
 class FakeRunner:
@@ -256,7 +262,7 @@ def test_stacked_keeps_only_what_helped_and_goes_on_after_a_failure(tmp_path):
     assert by["+d"].kept.startswith("kept")
     assert sweep.final_stack == ["a", "d"]
     assert by["+d"].safe_to_ship == "yes" and by["+c"].safe_to_ship == "no"
-    write_reports(sweep, {})
+    write_reports(tmp_path / "out", "stacked", plan, sweep.rows, {}, sweep.final_stack)
     with open(tmp_path / "out" / "sweep.csv") as fh:
         csv_rows = list(csv.DictReader(fh))
     assert [r["config"] for r in csv_rows] == ["baseline", "+a", "+b", "+c", "+d"]
@@ -439,21 +445,21 @@ def test_two_repeats_by_default_and_the_noise_band_is_reported(tmp_path):
 
 
 def test_price_per_hour_reaches_every_run_and_the_rows(tmp_path):
-    from harness.sweep.execute import run_command
+    from harness.sweep.execute import child_run
 
     plan = _stack_plan(tmp_path)
-    opts = SweepOptions(output=tmp_path / "out", repeats=1, price_per_hour=2.0)
-    default = Sweep(plan, opts)  # the real per-repeat runner: `mlperf-vllm run` subprocesses
-    assert default.runner.keywords["extra"] == ("--price-per-hour", "2")
-    cmd = run_command(
+    opts = SweepOptions(output=tmp_path / "out", repeats=1, price_per_hour=2.0, stall_timeout_s=9)
+    default = Sweep(plan, opts)  # the real per-repeat runner: `mlperf-vllm run` child runs
+    child = child_run(
         plan,
         make_config(plan, 0, "baseline", []),
         tmp_path,
         "performance",
-        None,
-        ("--price-per-hour", "2"),
+        **default.runner.keywords,
     )
+    cmd = child.argv()
     assert cmd[cmd.index("--price-per-hour") + 1] == "2"
+    assert cmd[cmd.index("--stall-timeout") + 1] == "9"
     runner = FakeRunner({(): 100.0, ("a",): 200.0, ("b",): 100.0, ("c",): 100.0, ("d",): 100.0})
     rows = Sweep(plan, opts, runner=runner).run()
     by = {r.config: r for r in rows}
@@ -463,7 +469,7 @@ def test_price_per_hour_reaches_every_run_and_the_rows(tmp_path):
 
 
 def test_sut_option_knobs_reach_the_run_and_are_guarded(tmp_path):
-    from harness.sweep.execute import run_command
+    from harness.sweep.execute import child_run
 
     plan = parse_plan(
         _plan(
@@ -475,7 +481,7 @@ def test_sut_option_knobs_reach_the_run_and_are_guarded(tmp_path):
     )
     longest, warm = plan.knobs
     spec = make_config(plan, 1, "longest", [longest])
-    cmd = run_command(plan, spec, tmp_path, "performance")
+    cmd = child_run(plan, spec, tmp_path, "performance").argv()
     assert cmd[cmd.index("--offline-order") + 1] == "longest-first"
     assert cmd[cmd.index("--warmup-samples") + 1] == "2"  # the baseline's
     assert spec.signature(plan, False) != make_config(plan, 2, "warm", [warm]).signature(

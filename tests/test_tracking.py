@@ -35,23 +35,36 @@ def test_long_values_are_truncated_not_rejected():
 
 
 def test_resolve_tracking_precedence(tmp_path, monkeypatch):
+    """The CLI's MLflow flags, then the environment, then the defaults; the flags reach the
+    tracking layer as values (harness.cli.flags), never as the CLI's namespace."""
     monkeypatch.chdir(tmp_path)
-    from argparse import Namespace
+    from harness.cli import build_parser
+    from harness.cli.flags import tracking_config
 
-    none = Namespace(mlflow_uri=None, experiment=None, no_mlflow=False)
-    cfg = tracking.resolve_tracking(none, environ={})
-    assert cfg.uri == f"sqlite:///{tmp_path.resolve()}/mlflow.db"
-    assert cfg.experiment == "mlperf-vllm" and cfg.enabled and cfg.parent_run_id is None
-    env = {
-        "MLFLOW_TRACKING_URI": "http://127.0.0.1:1",
-        "MLFLOW_EXPERIMENT_NAME": "e",
-        tracking.PARENT_ENV: "abc",
-    }
-    cfg = tracking.resolve_tracking(none, environ=env)
+    parser = build_parser()
+    none, _ = parser.parse_known_args(["log-run", "d"])
+    names = ("MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_NAME", tracking.PARENT_ENV)
+    for name in names:
+        monkeypatch.delenv(name, raising=False)
+    for unset in (False, True):  # absent, then empty: both mean unset
+        if unset:
+            for name in names:
+                monkeypatch.setenv(name, "")
+        cfg = tracking_config(none)
+        assert cfg.uri == f"sqlite:///{tmp_path.resolve()}/mlflow.db"
+        assert cfg.experiment == "mlperf-vllm" and cfg.enabled and cfg.parent_run_id is None
+    for name, value in zip(names, ("http://127.0.0.1:1", "e", "abc"), strict=True):
+        monkeypatch.setenv(name, value)
+    cfg = tracking_config(none)
     assert (cfg.uri, cfg.experiment, cfg.parent_run_id) == ("http://127.0.0.1:1", "e", "abc")
-    explicit = Namespace(mlflow_uri="http://127.0.0.1:2", experiment="x", no_mlflow=True)
-    cfg = tracking.resolve_tracking(explicit, environ=env)
+    assert tracking_config(none, default_experiment="sweeps").experiment == "e"
+    explicit, _ = parser.parse_known_args(
+        ["log-run", "d", "--mlflow-uri", "http://127.0.0.1:2", "--experiment", "x", "--no-mlflow"]
+    )
+    cfg = tracking_config(explicit)
     assert (cfg.uri, cfg.experiment, cfg.enabled) == ("http://127.0.0.1:2", "x", False)
+    cfg = tracking.resolve_tracking("http://127.0.0.1:3", None, enabled=True, environ={})
+    assert (cfg.uri, cfg.experiment) == ("http://127.0.0.1:3", "mlperf-vllm")
 
 
 def test_performance_metrics_names_and_units():

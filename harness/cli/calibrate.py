@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness.cli.common import EXIT_OK
+from harness.cli.flags import request_from_flags
+
+if TYPE_CHECKING:
+    from harness.submission.calibrate import CalibrateRequest
 
 
 def add_parser(sub) -> None:
@@ -65,36 +70,26 @@ def add_parser(sub) -> None:
         "--trial-timeout",
         type=float,
         metavar="S",
+        dest="trial_timeout_s",
         help="seconds one measurement run may take before it is ended with its engine "
         "(default: no limit; each run's --stall-timeout still fails a stalled engine)",
     )
 
 
-def cmd_calibrate(args: argparse.Namespace, extra: list[str]) -> int:
+def calibrate_request(args: argparse.Namespace, extra: list[str]) -> CalibrateRequest:
+    """The flags as calibrate's request; `extra`: the flags calibrate does not know, passed to
+    each `run` (engine flags, --max-tokens)."""
     from harness.resources import benchmark_conf, resolve_user_path
-    from harness.submission.calibrate import CalibrateRequest, calibrate
+    from harness.submission.calibrate import CalibrateRequest
 
     conf = resolve_user_path(args.user_conf)
     if conf is None:
         conf = benchmark_conf(args.benchmark, args.scenario)
-    calibrate(
-        CalibrateRequest(
-            benchmark=args.benchmark,
-            scenario=args.scenario,
-            model=args.model,
-            dataset=args.dataset,
-            output=args.output,
-            user_conf=conf,
-            min_duration_s=args.min_duration_s,
-            margin=args.margin,
-            measure_samples=args.measure_samples,
-            start_qps=args.start_qps,
-            trials=args.trials,
-            trial_s=args.trial_s,
-            trial_queries=args.trial_queries,
-            backoff=args.backoff,
-            trial_timeout_s=args.trial_timeout,
-            run_args=tuple(extra),
-        )
-    )
+    return request_from_flags(CalibrateRequest, args, user_conf=conf, run_args=tuple(extra))
+
+
+def cmd_calibrate(args: argparse.Namespace, extra: list[str]) -> int:
+    from harness.submission.calibrate import calibrate
+
+    calibrate(calibrate_request(args, extra))
     return EXIT_OK

@@ -1,4 +1,4 @@
-"""What several commands share: exit codes, the MLflow arguments, the --strict exit code."""
+"""What several commands share: exit codes and the --strict exit code (shared flags: flags.py)."""
 
 from __future__ import annotations
 
@@ -7,20 +7,6 @@ from collections.abc import Mapping
 from typing import Any
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_STRICT = 0, 1, 2, 3
-
-
-def add_mlflow_arguments(p: argparse.ArgumentParser, experiment: str | None = None) -> None:
-    p.add_argument(
-        "--mlflow-uri",
-        help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, "
-        "else sqlite:///mlflow.db in the working directory)",
-    )
-    p.add_argument(
-        "--experiment",
-        default=experiment,
-        help="MLflow experiment name (default: $MLFLOW_EXPERIMENT_NAME, else mlperf-vllm)",
-    )
-    p.add_argument("--no-mlflow", action="store_true", help="do not log to MLflow")
 
 
 def strict_code(

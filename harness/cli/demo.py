@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.cli.common import add_mlflow_arguments
+from harness.cli.flags import add_mlflow_arguments, tracking_config
 
 DEFAULT_CACHE = Path(os.environ.get("MLPERF_VLLM_CACHE", ".cache/mlperf-vllm"))
 DEMO_BENCHMARK = "llama3_1-8b"  # CNN/DailyMail-style summaries: what a small model can do
@@ -99,7 +99,7 @@ def run_demo(args: argparse.Namespace) -> int:
     from harness.submission.preflight import settings_check
 
     started = time.monotonic()
-    cfg = tracking.resolve_tracking(args, default_experiment="mlperf-vllm-demo")
+    cfg = tracking_config(args, default_experiment="mlperf-vllm-demo")
     tracking.check_reachable(cfg)  # before the engine starts
     assets = ensure_assets(args.cache, args.samples, args.tiny)
     req = RunRequest(

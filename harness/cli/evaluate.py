@@ -11,7 +11,8 @@ from pathlib import Path
 
 from evaluation.accuracy_log import TOKEN_DTYPES
 from evaluation.targets import ACCURACY_LEVELS, known_benchmarks
-from harness.cli.common import EXIT_ERROR, add_mlflow_arguments, strict_code
+from harness.cli.common import EXIT_ERROR, strict_code
+from harness.cli.flags import add_mlflow_arguments, tracking_config
 from harness.errors import UsageError
 
 
@@ -91,7 +92,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     except KeyError as exc:
         raise UsageError(str(exc).strip("'\"")) from None
     dataset = load_dataset(args.dataset, bench, allow_pickle=args.allow_pickle, need_targets=True)
-    cfg = tracking.resolve_tracking(args)
+    cfg = tracking_config(args)
     tracking.check_reachable(cfg)
     with tracking.tracked_run(cfg, f"evaluate {args.benchmark}") as trk:
         try:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from harness.cli.common import EXIT_OK, add_mlflow_arguments
+from harness.cli.common import EXIT_OK
+from harness.cli.flags import add_mlflow_arguments, tracking_config
 from harness.errors import UsageError
 
 
@@ -19,7 +20,7 @@ def add_parser(sub) -> None:
 def cmd_log_run(args: argparse.Namespace) -> int:
     from harness import tracking
 
-    cfg = tracking.resolve_tracking(args)
+    cfg = tracking_config(args)
     if not cfg.enabled:
         raise UsageError("log-run logs to MLflow: drop --no-mlflow")
     run, logged = tracking.relog(cfg, args.dir, name=args.run_name)

@@ -7,8 +7,13 @@ import argparse
 from pathlib import Path
 
 from harness.benchmarks import SCENARIOS
-from harness.cli.common import EXIT_ERROR, add_mlflow_arguments, strict_code
-from harness.cli.submission import add_round_argument, choose_round_for
+from harness.cli.common import EXIT_ERROR, strict_code
+from harness.cli.flags import (
+    add_mlflow_arguments,
+    add_round_argument,
+    choose_round_for,
+    tracking_config,
+)
 from harness.errors import UsageError
 
 
@@ -171,7 +176,7 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
         engine_start_timeout_s=args.engine_start_timeout or None,
     )
     prepared = prepare(req)  # bad input stops here: no MLflow run, no mlflow.db
-    cfg = tracking.resolve_tracking(args)
+    cfg = tracking_config(args)
     tracking.check_reachable(cfg)  # before any engine starts
     with tracking.tracked_run(
         cfg, tracking.run_name(req, args.output), output_dir=args.output

@@ -1,5 +1,4 @@
-"""The submission commands of `mlperf-vllm`: package, check-submission, rounds, and the
-`--round` argument they share with `run`."""
+"""The submission commands of `mlperf-vllm`: package, check-submission, rounds."""
 
 from __future__ import annotations
 
@@ -9,31 +8,8 @@ from pathlib import Path
 
 from harness.benchmarks import SCENARIOS
 from harness.cli.common import EXIT_OK, EXIT_STRICT
+from harness.cli.flags import add_round_argument, choose_round_for
 from harness.errors import UsageError
-from harness.submission.rounds import RoundChoice
-
-
-def add_round_argument(p: argparse.ArgumentParser) -> None:
-    from harness.submission.rounds import ROUND_NAMES
-
-    p.add_argument(
-        "--round",
-        choices=ROUND_NAMES,
-        help="MLPerf submission round whose rules apply (seeds, model folders, scenarios); "
-        "default: the newest round that has the benchmark",
-    )
-
-
-def choose_round_for(args: argparse.Namespace, benchmark: str) -> RoundChoice:
-    """The submission round, checked before anything else happens (exit 2 if refused)."""
-    from harness.benchmarks import get_benchmark
-    from harness.submission.rounds import choose_round
-
-    try:
-        get_benchmark(benchmark)
-    except KeyError as exc:
-        raise UsageError(str(exc).strip("'\"")) from None
-    return choose_round(args.round, benchmark, args.accuracy_level)
 
 
 def add_package_commands(sub) -> None:

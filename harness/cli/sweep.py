@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from harness.cli.common import add_mlflow_arguments
+from harness.cli.flags import add_mlflow_arguments, request_from_flags, tracking_config
 from harness.sweep.execute import SweepOptions, run_sweep
 from harness.sweep.plan import KINDS, NOISE_FLOOR
 from harness.sweep.report import RULES, markdown_table
@@ -65,6 +65,8 @@ def add_sweep_arguments(p: Any) -> None:
     p.add_argument(
         "--config-timeout",
         type=float,
+        metavar="S",
+        dest="config_timeout_s",
         help="seconds one repeat may take before it is recorded as failed (its whole "
         "process group is ended)",
     )
@@ -72,28 +74,22 @@ def add_sweep_arguments(p: Any) -> None:
         "--stall-timeout",
         type=float,
         metavar="S",
+        dest="stall_timeout_s",
         help="each repeat fails when its engine produces nothing for S seconds with samples "
         "in flight (default: the run's)",
     )
 
 
-def cmd_sweep(args: Any) -> int:
-    from harness import tracking
-
+def sweep_options(args: Any) -> SweepOptions:
+    """The flags as the sweep's options (the output folder defaults by plan and kind)."""
     output = args.output or Path("runs/sweeps") / f"{Path(args.plan).stem}-{args.kind}"
-    opts = SweepOptions(
-        kind=args.kind,
-        repeats=args.repeats,
-        accuracy=args.accuracy,
-        output=output,
-        resume=args.resume,
-        keep_all=args.keep_all,
-        noise_floor=args.noise_floor,
-        config_timeout_s=args.config_timeout,
-        price_per_hour=args.price_per_hour,
-        stall_timeout_s=args.stall_timeout,
-    )
-    cfg = tracking.resolve_tracking(args, default_experiment="mlperf-vllm-sweeps")
+    return request_from_flags(SweepOptions, args, output=output)
+
+
+def cmd_sweep(args: Any) -> int:
+    opts = sweep_options(args)
+    output = opts.output
+    cfg = tracking_config(args, default_experiment="mlperf-vllm-sweeps")
     if opts.repeats == 1:
         print(
             "warning: --repeats 1: no run-to-run noise is measured; a delta below the "

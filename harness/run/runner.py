@@ -183,26 +183,6 @@ def _check_sut_options(req: RunRequest) -> None:
             )
 
 
-def run_argv(
-    benchmark: str,
-    scenario: str,
-    mode: str,
-    model: Path,
-    dataset: Path,
-    output: Path,
-    user_conf: Path | None,
-    *extra: str,
-) -> list[str]:
-    """The command line of one `mlperf-vllm run` in its own process (calibration trials, sweep
-    repeats): no MLflow run of its own, no progress bar, then `extra`."""
-    cmd = [sys.executable, "-m", "harness.cli", "run", "--benchmark", benchmark]
-    cmd += ["--scenario", scenario, "--mode", mode, "--model", str(model)]
-    cmd += ["--dataset", str(dataset), "--output", str(output)]
-    if user_conf is not None:
-        cmd += ["--user-conf", str(user_conf)]
-    return [*cmd, "--no-mlflow", "--no-progress", *extra]
-
-
 # Environment variables that change how vLLM, torch or the collective libraries behave, as
 # the run saw them before the engine started (a sweep's env knobs are checked against these).
 ENGINE_ENV_PREFIXES = ("VLLM_", "OMP_", "KMP_", "MKL_", "CUDA_", "NCCL_", "TORCH_", "PYTORCH_")

@@ -18,7 +18,6 @@ Each trial is one `mlperf-vllm run` process and so one engine start.
 from __future__ import annotations
 
 import math
-import subprocess
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -27,9 +26,7 @@ from typing import Any
 
 from harness.benchmarks import Benchmark, resolve
 from harness.errors import UsageError
-from harness.proc.children import EXIT_TIMEOUT, run_child
-from harness.run.result import RESULT_FILE, RunResult
-from harness.run.runner import run_argv
+from harness.run.child import ChildRun, run_in_child
 
 OFFLINE_SLACK = 1.1
 SUBMISSION_MIN_DURATION_S = 600
@@ -88,35 +85,27 @@ def conf_key_lines(text: str, keys: Sequence[str]) -> str:
 
 def _run_once(req: CalibrateRequest, scenario: str, conf: Path, out: Path) -> dict[str, Any]:
     """One `mlperf-vllm run --mode performance` in its own process; its performance result."""
-    cmd = run_argv(
-        req.benchmark,
-        scenario,
-        "performance",
-        req.model,
-        req.dataset,
-        out,
-        conf,
-        *req.run_args,
+    child = ChildRun(
+        benchmark=req.benchmark,
+        scenario=scenario,
+        mode="performance",
+        model=req.model,
+        dataset=req.dataset,
+        output=out,
+        user_conf=conf,
+        extra_args=req.run_args,
+        timeout_s=req.trial_timeout_s,
+        timeout_flag="--trial-timeout",
     )
-    print(f"calibrate: {' '.join(cmd[2:])}", flush=True)
-    out.mkdir(parents=True, exist_ok=True)
-    result_path = out / RESULT_FILE
-    result_path.unlink(missing_ok=True)
-    run_log = out / "run.log"
-    with open(run_log, "w") as log:
-        # Its own process group: a timeout or Ctrl-C / SIGTERM ends the engine's processes too.
-        rc = run_child(cmd, stdout=log, stderr=subprocess.STDOUT, timeout_s=req.trial_timeout_s)
-    if rc != 0 or not result_path.exists():
-        lines = run_log.read_text(errors="replace").strip().splitlines()
-        errors = [line for line in lines if line.startswith("error:")]
-        tail = (errors or lines)[-1:] or ["no output"]
-        if rc == EXIT_TIMEOUT:
-            tail = [f"it ran past --trial-timeout {req.trial_timeout_s:g} s"]
-        raise UsageError(f"the calibration run failed (exit {rc}): {tail[0]} (logs in {out})")
-    result = RunResult.load(result_path)
-    if not result.performance:
+    print(f"calibrate: {child.describe()}", flush=True)
+    outcome = run_in_child(child)
+    if not outcome.ok:
+        raise UsageError(
+            f"the calibration run failed (exit {outcome.rc}): {outcome.error} (logs in {out})"
+        )
+    if outcome.result is None or not outcome.result.performance:
         raise UsageError(f"the calibration run in {out} has no performance result")
-    return result.performance
+    return outcome.result.performance
 
 
 def _dataset_size(req: CalibrateRequest, bench: Benchmark) -> int:

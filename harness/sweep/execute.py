@@ -38,29 +38,22 @@ from __future__ import annotations
 import functools
 import json
 import os
-import re
-import shlex
 import statistics
-import subprocess
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from harness.errors import UsageError
-from harness.proc.children import EXIT_TIMEOUT, run_child
+from harness.run.child import RUN_LOG, ChildOutcome, ChildRun, failure_line, run_in_child
 from harness.run.cost import usd_per_million_tokens
-from harness.run.result import RESULT_FILE, RunResult
-from harness.run.runner import run_argv
+from harness.run.result import RunResult
 from harness.sweep.plan import (
     CONFIG_FILE,
     KINDS,
     NOISE_FLOOR,
     REPEAT_FILE,
-    RUN_LOG,
     SINGLE_RUN,
-    SUT_KNOBS,
     ConfigSpec,
     Knob,
     Plan,
@@ -71,37 +64,6 @@ from harness.sweep.report import ConfigRow, write_reports
 from harness.sweep.stats import RepeatOutcome, confounding, no_op, noise_verdict, rel_spread
 
 # --------------------------------------------------------------------------- one repeat
-
-
-_LOG_PREFIX_RE = re.compile(r"^\([^)]*pid=\d+\)\s+(?:[A-Z]+\s+\d\d-\d\d [\d:]+\s+\[[^\]]*\]\s+)?")
-_EXC_RE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Failure)):\s*(.+)$")
-# Wrappers that point at a root cause printed earlier, not the cause itself.
-_GENERIC = (
-    "Engine core initialization failed",
-    "please check the stack trace above",
-    "See root cause above",
-    "engine start failed: RuntimeError: Engine core",
-)
-
-
-def engine_message(log_text: str, result_error: str | None = None) -> str:
-    """The most specific exception line of a failed run: the engine's own words (e.g. the
-    worker's `ValueError: No common block size for 7`), not the wrappers around it."""
-    found: list[str] = []
-    for raw in log_text.splitlines():
-        line = _LOG_PREFIX_RE.sub("", raw.strip())
-        m = _EXC_RE.match(line)
-        if m:
-            found.append(f"{m.group(1).rsplit('.', 1)[-1]}: {m.group(2).strip()}")
-    specific = [f for f in found if not any(g in f for g in _GENERIC)]
-    if specific:
-        return specific[0]
-    if result_error:
-        return result_error
-    if found:
-        return found[-1]
-    tail = [ln.strip() for ln in log_text.splitlines() if ln.strip()]
-    return tail[-1][:500] if tail else "the run ended without output"
 
 
 def _recorded(result: RunResult, name: str) -> Any:
@@ -127,9 +89,9 @@ def _fingerprint(result: RunResult) -> dict[str, Any]:
     }
 
 
-def read_repeat(out: Path, rc: int, log_text: str) -> RepeatOutcome:
-    """A repeat's outcome from its result.json and the subprocess output."""
-    result = RunResult.read(out / RESULT_FILE) or RunResult(loaded_keys=frozenset())
+def repeat_outcome(ran: ChildOutcome) -> RepeatOutcome:
+    """A repeat's outcome from its child run: result.json, and the log where it failed."""
+    result = ran.result or RunResult(loaded_keys=frozenset())
     perf = result.performance or {}
     acc = result.accuracy or {}
     accuracy = acc.get("verdict")
@@ -144,37 +106,48 @@ def read_repeat(out: Path, rc: int, log_text: str) -> RepeatOutcome:
         resolved=dict(result.engine_resolved_args or {}),
         fingerprint=_fingerprint(result),
         env_vars=_recorded(result, "env_vars"),
-        output=str(out),
+        output=str(ran.child.output),
+        wall_s=ran.wall_s,
     )
-    if rc != 0 or _recorded(result, "status") != "completed" or not perf:
+    if not ran.ok or not perf:
         outcome.status = "failed"
-        outcome.error = engine_message(log_text, result.error)
+        outcome.error = ran.error or failure_line(ran.log_text(), result.error)
     return outcome
 
 
-def run_command(
+def child_run(
     plan: Plan,
     spec: ConfigSpec,
     out: Path,
     mode: str,
-    nltk_data: str | None = None,
-    extra: Sequence[str] = (),
+    timeout_s: float | None = None,
+    *,
+    price_per_hour: float | None = None,
     stall_timeout_s: float | None = None,
-) -> list[str]:
-    cmd = run_argv(
-        plan.benchmark, plan.scenario, mode, plan.model, plan.dataset, out, plan.user_conf, *extra
+) -> ChildRun:
+    """The `mlperf-vllm run` of one repeat of a config: the plan's settings, the config's
+    engine arguments, SUT options and environment."""
+    env = dict(spec.env)
+    sut = dict(spec.sut)
+    return ChildRun(
+        benchmark=plan.benchmark,
+        scenario=plan.scenario,
+        mode=mode,
+        model=plan.model,
+        dataset=plan.dataset,
+        output=out,
+        user_conf=plan.user_conf,
+        max_tokens=plan.max_tokens,
+        nltk_data=env.get("NLTK_DATA", os.environ.get("NLTK_DATA")),
+        stall_timeout_s=stall_timeout_s,
+        price_per_hour=price_per_hour,
+        offline_order=sut.get("offline_order"),
+        warmup_samples=int(sut["warmup_samples"]) if "warmup_samples" in sut else None,
+        engine_args=spec.engine_args,
+        env=spec.env,
+        timeout_s=timeout_s,
+        timeout_flag="--config-timeout",
     )
-    if plan.max_tokens:
-        cmd += ["--max-tokens", str(plan.max_tokens)]
-    if nltk_data:
-        cmd += ["--nltk-data", nltk_data]
-    if stall_timeout_s is not None:
-        cmd += ["--stall-timeout", f"{stall_timeout_s:g}"]
-    for pair in spec.engine_args:
-        cmd += ["--engine-arg", pair]
-    for key, value in spec.sut:
-        cmd += [SUT_KNOBS[key], value]
-    return cmd
 
 
 def run_repeat(
@@ -183,31 +156,22 @@ def run_repeat(
     out: Path,
     mode: str,
     timeout_s: float | None = None,
-    extra: Sequence[str] = (),
+    *,
+    price_per_hour: float | None = None,
     stall_timeout_s: float | None = None,
 ) -> RepeatOutcome:
-    """One `mlperf-vllm run` in its own process (`extra`: more of its options, e.g. the
-    price); its output goes to OUT/run.log."""
-    out.mkdir(parents=True, exist_ok=True)
-    for stale in (RESULT_FILE, REPEAT_FILE):
-        (out / stale).unlink(missing_ok=True)
-    env = {**os.environ, **dict(spec.env)}
-    for k in ("MLPERF_VLLM_PARENT_RUN_ID",):
-        env.pop(k, None)
-    cmd = run_command(plan, spec, out, mode, env.get("NLTK_DATA"), extra, stall_timeout_s)
-    t0 = time.monotonic()
-    with open(out / RUN_LOG, "w") as log:
-        log.write("$ " + shlex.join(cmd) + "\n")
-        if spec.env:
-            log.write("# env: " + " ".join(f"{k}={v}" for k, v in spec.env) + "\n")
-        log.flush()
-        # Its own process group: a timeout or Ctrl-C / SIGTERM ends the engine's processes too.
-        rc = run_child(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, timeout_s=timeout_s)
-        if rc == EXIT_TIMEOUT:
-            log.write(f"\nTimeoutError: config ran past --config-timeout {timeout_s} s\n")
-    outcome = read_repeat(out, rc, (out / RUN_LOG).read_text(errors="replace"))
-    outcome.wall_s = round(time.monotonic() - t0, 1)
-    return outcome
+    """One repeat as a child run (harness.run.child); its output goes to OUT/run.log."""
+    (out / REPEAT_FILE).unlink(missing_ok=True)
+    child = child_run(
+        plan,
+        spec,
+        out,
+        mode,
+        timeout_s,
+        price_per_hour=price_per_hour,
+        stall_timeout_s=stall_timeout_s,
+    )
+    return repeat_outcome(run_in_child(child))
 
 
 @dataclass(frozen=True)
@@ -244,17 +208,17 @@ class Sweep:
 
             parent = TrackedRun(TrackingConfig(uri="", enabled=False))
         self.parent = parent
-        if runner is None:
-            extra = (
-                ()
-                if options.price_per_hour is None
-                else ("--price-per-hour", f"{options.price_per_hour:g}")
+        if runner is None:  # each repeat a child run, with the options every run takes
+            runner = functools.partial(
+                run_repeat,
+                price_per_hour=options.price_per_hour,
+                stall_timeout_s=options.stall_timeout_s,
             )
-            runner = functools.partial(run_repeat, extra=extra)
         self.runner = runner
         self.rows: list[ConfigRow] = []
         self.repeats: dict[str, list[RepeatOutcome]] = {}
         self.baseline: RepeatOutcome | None = None
+        self.final_stack: list[str] | None = None  # stacked: the knobs kept, once run
 
     # one config ---------------------------------------------------------------------------
 
@@ -565,10 +529,9 @@ def run_sweep(plan_path: str | Path, options: SweepOptions, tracking_cfg: Any) -
         output_dir=out,
     ) as parent:
         meta["mlflow_parent_run_id"] = parent.run_id
-        runner = functools.partial(run_repeat, stall_timeout_s=options.stall_timeout_s)
-        sweep = Sweep(plan, options, parent, runner)
+        sweep = Sweep(plan, options, parent)
         sweep.run()
-        write_reports(sweep, meta)
+        write_reports(out, options.kind, plan, sweep.rows, meta, sweep.final_stack)
         rows = sweep.rows
         parent.log_metrics(
             {
@@ -579,9 +542,7 @@ def run_sweep(plan_path: str | Path, options: SweepOptions, tracking_cfg: Any) -
                 "sweep.safe": sum(r.safe_to_ship == "yes" for r in rows),
             }
         )
-        parent.set_tags(
-            {"sweep.final_stack": " + ".join(getattr(sweep, "final_stack", [])) or None}
-        )
+        parent.set_tags({"sweep.final_stack": " + ".join(sweep.final_stack or []) or None})
         for name_ in ("sweep.md", "sweep.png"):
             parent.log_artifact(out / name_)
     return sweep

@@ -17,7 +17,6 @@ from harness.errors import UsageError
 KINDS = ("isolation", "stacked")
 NOISE_FLOOR = 0.02
 SINGLE_RUN = "single run: noise unknown"
-RUN_LOG = "run.log"
 REPEAT_FILE = "repeat.json"
 CONFIG_FILE = "config.json"
 SWEEP_FILES = ("sweep.json", "sweep.csv", "sweep.md", "sweep.png", "plan.txt", "summary.txt")
@@ -25,9 +24,9 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 _ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _UNEXPANDED_RE = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?")
 _SETTINGS = ("benchmark", "scenario", "model", "dataset", "user_conf", "max_tokens")
-# Options of our SUT a knob may set (`--sut KEY=VALUE`), as `mlperf-vllm run` flags; each run
-# records them in result.json `sut_options`.
-SUT_KNOBS = {"offline_order": "--offline-order", "warmup_samples": "--warmup-samples"}
+# Options of our SUT a knob may set (`--sut KEY=VALUE`), fields of harness.run.child.ChildRun;
+# each run records them in result.json `sut_options`.
+SUT_KNOBS = ("offline_order", "warmup_samples")
 
 
 class PlanError(UsageError):

@@ -2,19 +2,14 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from harness.sweep.plan import NOISE_FLOOR, SINGLE_RUN, SWEEP_FILES
-
-if TYPE_CHECKING:
-    from harness.sweep.execute import Sweep
-
 import csv
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from harness.sweep.plan import NOISE_FLOOR, SINGLE_RUN, SWEEP_FILES, Plan
 
 # --------------------------------------------------------------------------- config results
 
@@ -217,26 +212,34 @@ def write_chart(rows: Sequence[ConfigRow], path: Path, title: str) -> None:
     plt.close(fig)
 
 
-def write_reports(sweep: Sweep, meta: dict[str, Any]) -> dict[str, Path]:
-    out = sweep.opt.output
+def write_reports(
+    out: Path,
+    kind: str,
+    plan: Plan,
+    rows: Sequence[ConfigRow],
+    meta: Mapping[str, Any],
+    final_stack: Sequence[str] | None = None,
+) -> dict[str, Path]:
+    """The sweep's files in `out`: what they print is given (the rows, the sweep kind, the
+    plan, the run's metadata and, stacked, the knobs kept), not the executor."""
     paths = {name: out / name for name in SWEEP_FILES}
-    write_csv(sweep.rows, paths["sweep.csv"])
-    table = markdown_table(sweep.rows, sweep.opt.kind)
-    title = f"{sweep.opt.kind} sweep: {sweep.plan.path.name}"
+    write_csv(rows, paths["sweep.csv"])
+    table = markdown_table(rows, kind)
+    title = f"{kind} sweep: {plan.path.name}"
     extra = ""
-    if sweep.opt.kind == "stacked":
-        extra = f"\nFinal stack: {' + '.join(getattr(sweep, 'final_stack', [])) or '(baseline)'}\n"
+    if kind == "stacked":
+        extra = f"\nFinal stack: {' + '.join(final_stack or []) or '(baseline)'}\n"
     md = f"# {title}\n\n{table}{extra}\n{RULES}"
     paths["sweep.md"].write_text(md)
     paths["summary.txt"].write_text(md)
-    paths["plan.txt"].write_text(sweep.plan.text)
-    write_chart(sweep.rows, paths["sweep.png"], title)
+    paths["plan.txt"].write_text(plan.text)
+    write_chart(rows, paths["sweep.png"], title)
     paths["sweep.json"].write_text(
         json.dumps(
             {
                 **meta,
-                "rows": [asdict(r) for r in sweep.rows],
-                "final_stack": getattr(sweep, "final_stack", None),
+                "rows": [asdict(r) for r in rows],
+                "final_stack": None if final_stack is None else list(final_stack),
             },
             indent=2,
             default=str,

@@ -1,9 +1,13 @@
 """MLflow tracking: one MLflow run per `run` / `evaluate` / `demo` / sweep point.
 
 store.py        which tracking store, whether it answers, the keys and values it accepts
-environment.py  what ran the benchmark (host, GPUs, versions, git commit, vLLM defaults)
 params.py       a result as MLflow params and metrics
 runs.py         the MLflow runs themselves: tracked_run, sweep parents and children, relog
+
+What ran the benchmark (host, GPUs, versions, git commit, vLLM defaults) is read by
+harness/run/environment.py, below this package, since the run and the submission need it too;
+runs.py writes it to OUT/environment.json and tags the MLflow runs with it.
+The CLI turns its flags into a TrackingConfig (`resolve_tracking`); nothing here reads them.
 
 The names below are the package's public face, what the commands use.
 """

@@ -1,5 +1,5 @@
-"""The MLflow tracking store: which one (flags, environment, the SQLite default), whether it
-answers, and the names and values it accepts."""
+"""The MLflow tracking store: which one (the values the CLI passes, the environment, the SQLite
+default), whether it answers, and the names and values it accepts."""
 
 from __future__ import annotations
 
@@ -45,22 +45,21 @@ def default_uri(cwd: Path | None = None) -> str:
 
 
 def resolve_tracking(
-    args: Any = None,
+    uri: str | None = None,
+    experiment: str | None = None,
     *,
+    enabled: bool = True,
     environ: Mapping[str, str] | None = None,
     default_experiment: str = DEFAULT_EXPERIMENT,
 ) -> TrackingConfig:
-    """--mlflow-uri, then MLFLOW_TRACKING_URI, then the SQLite file in the working directory.
-    --experiment, then MLFLOW_EXPERIMENT_NAME, then the command's default."""
+    """The store: `uri` (the CLI's --mlflow-uri), then MLFLOW_TRACKING_URI, then the SQLite
+    file in the working directory. The experiment: `experiment`, then MLFLOW_EXPERIMENT_NAME,
+    then the command's default. Empty values count as unset."""
     env = os.environ if environ is None else environ
-    uri = getattr(args, "mlflow_uri", None) or env.get("MLFLOW_TRACKING_URI") or default_uri()
-    experiment = (
-        getattr(args, "experiment", None) or env.get("MLFLOW_EXPERIMENT_NAME") or default_experiment
-    )
     return TrackingConfig(
-        uri=uri,
-        experiment=experiment,
-        enabled=not getattr(args, "no_mlflow", False),
+        uri=uri or env.get("MLFLOW_TRACKING_URI") or default_uri(),
+        experiment=experiment or env.get("MLFLOW_EXPERIMENT_NAME") or default_experiment,
+        enabled=enabled,
         parent_run_id=env.get(PARENT_ENV) or None,
     )
 

@@ -1,0 +1,186 @@
+"""One `mlperf-vllm run` in a child process, its typed result back: the one door for every
+caller that starts runs (calibration trials, sweep repeats, a confirmation run).
+
+Why a child process: LoadGen reads mlperf.conf once per process, and a crashing engine must
+not take its caller with it. The child runs in its own process group under its time limit
+(harness.proc.children), logs nothing to MLflow (its caller does, if anyone) and writes its
+output to `OUTPUT/run.log`. This is the one place below the CLI that spells `run`'s flags;
+tests/test_child_run.py parses what it writes with the CLI's own parser.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.proc.children import EXIT_TIMEOUT, run_child
+from harness.run.result import RESULT_FILE, RunResult
+
+RUN_LOG = "run.log"  # the child's stdout and stderr, in its output folder
+
+
+@dataclass(frozen=True)
+class ChildRun:
+    """What to run: the `run` request as flags, the child's environment and its time limit."""
+
+    benchmark: str
+    scenario: str
+    mode: str
+    model: Path
+    dataset: Path
+    output: Path
+    user_conf: Path | None = None
+    max_tokens: int | None = None
+    nltk_data: str | Path | None = None
+    stall_timeout_s: float | None = None  # None: the run's default
+    price_per_hour: float | None = None
+    offline_order: str | None = None  # SUT options (Offline); None: the run's default
+    warmup_samples: int | None = None
+    engine_args: tuple[str, ...] = ()  # KEY=VALUE, each as --engine-arg
+    extra_args: tuple[str, ...] = ()  # further `run` flags as a user wrote them (engine flags)
+    env: tuple[tuple[str, str], ...] = ()  # set in the child's environment only
+    timeout_s: float | None = None  # wall clock; the whole process group is ended after it
+    timeout_flag: str = "its time limit"  # the caller's name for timeout_s, for messages
+
+    def run_flags(self) -> list[str]:
+        """The `run` command's arguments (after `mlperf-vllm run`)."""
+        flags = ["--benchmark", self.benchmark, "--scenario", self.scenario, "--mode", self.mode]
+        flags += ["--model", str(self.model), "--dataset", str(self.dataset)]
+        flags += ["--output", str(self.output)]
+        if self.user_conf is not None:
+            flags += ["--user-conf", str(self.user_conf)]
+        flags += ["--no-mlflow", "--no-progress"]
+        if self.max_tokens:
+            flags += ["--max-tokens", str(self.max_tokens)]
+        if self.nltk_data:
+            flags += ["--nltk-data", str(self.nltk_data)]
+        if self.stall_timeout_s is not None:
+            flags += ["--stall-timeout", f"{self.stall_timeout_s:g}"]
+        if self.price_per_hour is not None:
+            flags += ["--price-per-hour", f"{self.price_per_hour:g}"]
+        for pair in self.engine_args:
+            flags += ["--engine-arg", pair]
+        if self.offline_order is not None:
+            flags += ["--offline-order", self.offline_order]
+        if self.warmup_samples is not None:
+            flags += ["--warmup-samples", str(self.warmup_samples)]
+        return [*flags, *self.extra_args]
+
+    def argv(self) -> list[str]:
+        """The child's command line: this interpreter, so the child runs the same install."""
+        return [sys.executable, "-m", "harness.cli", "run", *self.run_flags()]
+
+    def describe(self) -> str:
+        """The command as a user would type it."""
+        return shlex.join(["mlperf-vllm", "run", *self.run_flags()])
+
+
+@dataclass(frozen=True)
+class ChildOutcome:
+    """How a child run ended. `result`: its result.json (None when it wrote none); `error`:
+    one line saying why it failed, None when it completed."""
+
+    child: ChildRun
+    rc: int
+    result: RunResult | None
+    log: Path
+    wall_s: float
+    error: str | None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def timed_out(self) -> bool:
+        return self.rc == EXIT_TIMEOUT
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.is_file() else ""
+
+
+def run_in_child(child: ChildRun) -> ChildOutcome:
+    """Run `child` to its end (or its time limit) and read its result. A result.json left in
+    its output folder by an earlier attempt is removed first, so a child that writes none is
+    never read as finished. KeyboardInterrupt (Ctrl-C, SIGTERM) ends the child's process
+    group and is re-raised."""
+    out = child.output
+    out.mkdir(parents=True, exist_ok=True)
+    result_path = out / RESULT_FILE
+    result_path.unlink(missing_ok=True)
+    cmd = child.argv()
+    env = {**os.environ, **dict(child.env)}
+    log_path = out / RUN_LOG
+    t0 = time.monotonic()
+    with open(log_path, "w") as log:
+        log.write("$ " + shlex.join(cmd) + "\n")
+        if child.env:
+            log.write("# env: " + " ".join(f"{k}={v}" for k, v in child.env) + "\n")
+        log.flush()
+        # Its own process group: a timeout or Ctrl-C / SIGTERM ends the engine's processes too.
+        rc = run_child(
+            cmd, stdout=log, stderr=subprocess.STDOUT, env=env, timeout_s=child.timeout_s
+        )
+        if rc == EXIT_TIMEOUT:
+            log.write(f"\n{_timeout_line(child)}\n")
+    wall_s = round(time.monotonic() - t0, 1)
+    result = RunResult.read(result_path)
+    error = None
+    if rc == EXIT_TIMEOUT:
+        error = _timeout_line(child)
+    elif rc != 0 or result is None or result.status != "completed":
+        log_text = log_path.read_text(errors="replace")
+        error = failure_line(log_text, result.error if result is not None else None)
+    return ChildOutcome(child, rc, result, log_path, wall_s, error)
+
+
+def _timeout_line(child: ChildRun) -> str:
+    limit = f"{child.timeout_s:g} s" if child.timeout_s is not None else ""
+    return f"TimeoutError: the run ran past {child.timeout_flag} {limit}".rstrip()
+
+
+_LOG_PREFIX_RE = re.compile(r"^\([^)]*pid=\d+\)\s+(?:[A-Z]+\s+\d\d-\d\d [\d:]+\s+\[[^\]]*\]\s+)?")
+_EXC_RE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Failure)):\s*(.+)$")
+# Wrappers that point at a root cause printed earlier, not the cause itself.
+_GENERIC = (
+    "Engine core initialization failed",
+    "please check the stack trace above",
+    "See root cause above",
+    "engine start failed: RuntimeError: Engine core",
+)
+
+
+def failure_line(log_text: str, result_error: str | None = None) -> str:
+    """The most specific line on why a run failed: the engine's own words (e.g. the worker's
+    `ValueError: No common block size for 7`), not the wrappers around them; else what the
+    run recorded, else the CLI's one-line `error:` (bad input), else the log's last line."""
+    found: list[str] = []
+    cli_errors: list[str] = []
+    for raw in log_text.splitlines():
+        line = _LOG_PREFIX_RE.sub("", raw.strip())
+        m = _EXC_RE.match(line)
+        if m:
+            found.append(f"{m.group(1).rsplit('.', 1)[-1]}: {m.group(2).strip()}")
+        elif line.startswith("error: "):
+            cli_errors.append(line.removeprefix("error: "))
+    specific = [f for f in found if not any(g in f for g in _GENERIC)]
+    if specific:
+        return specific[0]
+    if result_error:
+        return result_error
+    if cli_errors:
+        return cli_errors[-1]
+    if found:
+        return found[-1]
+    tail = [
+        ln.strip()
+        for ln in log_text.splitlines()
+        if ln.strip() and not ln.startswith(("$ ", "# env: "))  # the door's header
+    ]
+    return tail[-1][:500] if tail else "the run ended without output"

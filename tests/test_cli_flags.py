@@ -1,0 +1,105 @@
+"""Flags become typed requests in the CLI, one way for every command (harness.cli.flags): each
+flag of calibrate and sweep lands in its request field, and a field no flag fills is refused."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from harness.cli import build_parser
+from harness.cli.calibrate import calibrate_request
+from harness.cli.flags import request_from_flags
+from harness.cli.sweep import sweep_options
+from harness.submission.calibrate import CalibrateRequest
+from harness.sweep.execute import SweepOptions
+
+
+def _parse(*argv: str) -> tuple[argparse.Namespace, list[str]]:
+    return build_parser().parse_known_args(list(argv))
+
+
+def _non_defaults(request: object, default: object) -> set[str]:
+    return {
+        f.name
+        for f in dataclasses.fields(request)  # type: ignore[arg-type]
+        if getattr(request, f.name) != getattr(default, f.name)
+    }
+
+
+def test_every_calibrate_flag_reaches_its_field(tmp_path):
+    conf = tmp_path / "base.conf"
+    conf.write_text("")
+    args, extra = _parse(
+        *("calibrate", "--benchmark", "llama2-70b", "--scenario", "Server"),
+        *("--model", "m", "--dataset", "d.json", "--output", "o", "--user-conf", str(conf)),
+        *("--min-duration-s", "60", "--margin", "1.5", "--measure-samples", "50"),
+        *("--start-qps", "2", "--trials", "3", "--trial-s", "5", "--trial-queries", "40"),
+        *("--backoff", "0.1", "--trial-timeout", "90", "--max-num-seqs", "8"),
+    )
+    req = calibrate_request(args, extra)
+    assert req == CalibrateRequest(
+        benchmark="llama2-70b",
+        scenario="Server",
+        model=Path("m"),
+        dataset=Path("d.json"),
+        output=Path("o"),
+        user_conf=conf,
+        min_duration_s=60.0,
+        margin=1.5,
+        measure_samples=50,
+        start_qps=2.0,
+        trials=3,
+        trial_s=5.0,
+        trial_queries=40,
+        backoff=0.1,
+        trial_timeout_s=90.0,
+        run_args=("--max-num-seqs", "8"),
+    )
+    # every field was set away from its default: none can be dropped on the way silently
+    default = CalibrateRequest("b", "s", Path(), Path(), Path())
+    assert _non_defaults(req, default) >= {f.name for f in dataclasses.fields(CalibrateRequest)} - {
+        "benchmark",
+        "scenario",
+        "model",
+        "dataset",
+        "output",
+    }
+    # no --user-conf: the benchmark's shipped conf
+    args, extra = _parse(
+        "calibrate", "--benchmark", "llama3_1-8b", "--scenario", "Offline", "--model", "m",
+        "--dataset", "d", "--output", "o",
+    )  # fmt: skip
+    assert calibrate_request(args, extra).user_conf.name == "offline.conf"
+
+
+def test_every_sweep_flag_reaches_its_option():
+    args, _ = _parse(
+        *("sweep", "plan.txt", "--kind", "stacked", "--repeats", "3", "--accuracy"),
+        *("--output", "o", "--resume", "--keep-all", "--noise-floor", "0.05"),
+        *("--price-per-hour", "2.5", "--config-timeout", "600", "--stall-timeout", "30"),
+    )
+    opts = sweep_options(args)
+    assert opts == SweepOptions(
+        kind="stacked",
+        repeats=3,
+        accuracy=True,
+        output=Path("o"),
+        resume=True,
+        keep_all=True,
+        noise_floor=0.05,
+        config_timeout_s=600.0,
+        price_per_hour=2.5,
+        stall_timeout_s=30.0,
+    )
+    assert _non_defaults(opts, SweepOptions()) == {f.name for f in dataclasses.fields(opts)}
+    args, _ = _parse("sweep", "plans/x.txt")
+    assert sweep_options(args).output == Path("runs/sweeps/x-isolation")
+
+
+def test_a_field_without_a_flag_is_refused():
+    args, _ = _parse("sweep", "plan.txt")
+    with pytest.raises(TypeError, match="CalibrateRequest: no flag or value for .*margin"):
+        request_from_flags(CalibrateRequest, args)
