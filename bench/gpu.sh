@@ -33,6 +33,7 @@ export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 VLLM_LOGGIN
 OUT=${OUT:-bench/gpu-out}; mkdir -p "$OUT"
 MODEL=${MODEL:-.gpu-stage/bin/llama31_8b_dummy}
 SAMPLES=${SAMPLES:-1000}
+BENCHMARK=${BENCHMARK:-llama3_1-8b}
 REPEATS=${REPEATS:-2}
 DUMMY=(--engine-arg load_format=dummy --engine-arg skip_tokenizer_init=true
        --engine-arg max_model_len=4096)
@@ -48,30 +49,53 @@ offline() {  # name, extra args...
     2>&1 | grep -v -E "^(\((EngineCore|Worker|MainProcess)|INFO|DEBUG)" | tee "$OUT/offline_$name.log"
 }
 
-server() {  # name, extra args...
-  local name=$1; shift
-  python3 bench/server_capacity.py --model "$MODEL" --random-prompts 870 --samples 1000 \
-    "${DUMMY[@]}" --ignore-eos --max-tokens 128 --duration-s 10 --min-queries 200 \
-    --reference-min-queries 24 --start-qps 4 --reference-start-qps 0.5 --bisect 2 \
-    --offline-samples 1000 "$@" --json "$OUT/server_$name.json" \
-    2>&1 | grep -v -E "^(\((EngineCore|Worker|MainProcess)|INFO|DEBUG)" | tee "$OUT/server_$name.log"
+server() {  # name, extra args... (engine flags as --engine-arg KEY=VALUE; RATES=a,b fixes the
+  local name=$1; shift  # targets, else a search bounded by the same engine's Offline rate)
+  local rates=(); [ -n "${RATES:-}" ] && rates=(--rates "$RATES")
+  python3 bench/server_capacity.py --model "$MODEL" --random-prompts 870 --samples 2000 \
+    "${DUMMY[@]}" --ignore-eos --max-tokens 128 --duration-s "${TRIAL_S:-60}" \
+    --offline-samples 2000 --warmup-samples 300 "${rates[@]}" "$@" --json "$OUT/server_$name.json" \
+    2>&1 | grep -E "^(engine|warm|Offline|  |sustained|.*[Ee]rror)" | tee "$OUT/server_$name.log"
 }
 
-# One LoadGen Offline run through `mlperf-vllm run` (the real CLI), on random prompts.
-cli_offline() {  # name, model, mean input length, max tokens, run args...
-  local name=$1 model=$2 mean=$3 maxtok=$4; shift 4
+# `mlperf-vllm calibrate --confirm` on the random-prompt set: trials on one engine, then the
+# written target run for the conf's full min_duration (600 s), stepping down until one holds.
+cli_calibrate() {  # scenario, run args...
+  local scenario=$1; shift
   local work=${TMPDIR:-/tmp}/gpu-bench; mkdir -p "$work"
-  local data="$work/data_${mean}_${SAMPLES}.json" conf="$work/offline_all.conf"
+  local data; data=$(random_dataset "$MODEL" 870)
+  python3 -m harness.cli calibrate --benchmark "$BENCHMARK" --scenario "$scenario" \
+    --model "$MODEL" --dataset "$data" --output "$work/calibrate_$scenario" --confirm \
+    --measure-samples 2000 --trial-s "${TRIAL_S:-60}" --ignore-eos --max-tokens 128 \
+    "${DUMMY[@]}" "$@" 2>&1 | grep -E "calibrate|error|Error" | tee "$OUT/calibrate_$scenario.log"
+  cp "$work/calibrate_$scenario/user.conf" "$OUT/calibrate_$scenario.conf" 2>/dev/null
+  for f in "$work/calibrate_$scenario"/confirm-*/timeline.png; do
+    [ -f "$f" ] && cp "$f" "$OUT/confirm_${scenario}_$(basename "$(dirname "$f")").png"; done
+}
+
+random_dataset() {  # model, mean input length -> path of a JSON set of $SAMPLES prompts
+  local model=$1 mean=$2 work=${TMPDIR:-/tmp}/gpu-bench; mkdir -p "$work"
+  local data="$work/data_${mean}_${SAMPLES}.json"
   [ -f "$data" ] || python3 -c "
 import json, sys; from pathlib import Path; from bench.offline_overhead import random_prompts
 p = random_prompts(Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), seed=5)
 Path(sys.argv[4]).write_text(json.dumps([{'tok_input': x} for x in p]))" \
     "$model" "$SAMPLES" "$mean" "$data"
+  echo "$data"
+}
+
+# One LoadGen Offline run through `mlperf-vllm run` (the real CLI), on random prompts, under
+# the preset $BENCHMARK (default llama3_1-8b; the 70B and 405B parts set theirs).
+cli_offline() {  # name, model, mean input length, max tokens, run args...
+  local name=$1 model=$2 mean=$3 maxtok=$4; shift 4
+  local work=${TMPDIR:-/tmp}/gpu-bench; mkdir -p "$work"
+  local data conf="$work/offline_all.conf"
+  data=$(random_dataset "$model" "$mean")
   # One query of the whole set, each prompt once; no min duration (throughput study, not a
   # submission run).
   printf '*.Offline.min_duration = 0\n*.Offline.min_query_count = %s\n*.Offline.target_qps = 1\n' \
     "$SAMPLES" > "$conf"
-  python3 -m harness.cli run --benchmark llama3_1-8b --scenario Offline --mode performance \
+  python3 -m harness.cli run --benchmark "$BENCHMARK" --scenario Offline --mode performance \
     --model "$model" --dataset "$data" --output "$work/run_$name" --user-conf "$conf" \
     --no-mlflow --no-progress --ignore-eos --max-tokens "$maxtok" "${DUMMY[@]}" "${SUT_OPTS[@]}" \
     "$@" 2>&1 | grep -E "validity|tokens/s|samples|duration|warm-up|cost|error|Error" \
@@ -125,10 +149,10 @@ case "${1:-all}" in
     cli_offline 8b_fp8_dp2 "$MODEL" 870 128 "${FP8[@]}" --data-parallel-size 2
     cli_offline 8b_fp8_tp2 "$MODEL" 870 128 "${FP8[@]}" --tensor-parallel-size 2 ;;
   tp8-405b)  # 8 GPUs: Llama-3.1-405B FP8 + FP8 KV, TP 8; long mixed prompts, mean output ~685
-    SAMPLES=${SAMPLES:-1000} cli_offline 405b_fp8_tp8 bench/models/llama31_405b_dummy 2000 685 \
+    BENCHMARK=llama3_1-405b SAMPLES=${SAMPLES:-1000} cli_offline 405b_fp8_tp8 bench/models/llama31_405b_dummy 2000 685 \
       "${FP8[@]}" --tensor-parallel-size 8 --engine-arg max_model_len=8192 ;;
   tp2-70b)   # 2 GPUs: Llama-2-70B FP8 + FP8 KV, TP 2; OpenOrca-like input, its mean output length
-    cli_offline 70b_fp8_tp2 .gpu-stage/bin/llama2_70b_dummy 300 294 "${FP8[@]}" \
+    BENCHMARK=llama2-70b cli_offline 70b_fp8_tp2 .gpu-stage/bin/llama2_70b_dummy 300 294 "${FP8[@]}" \
       --tensor-parallel-size 2 ;;
   offline-full)  # the submission's query size, then the config-ranking size
     SAMPLES=13368 cli_offline "8b_fp8_${TAG}full" "$MODEL" 870 128 "${FP8[@]}" "${STACK_ARGS[@]}"
@@ -138,12 +162,16 @@ case "${1:-all}" in
   offline) offline bf16; offline fp8 "${FP8[@]}" ;;
   offline-bf16) offline bf16 ;;
   offline-fp8) offline fp8 "${FP8[@]}" ;;
-  server) server fp8 "${FP8[@]}" ;;
-  interactive) server fp8_interactive "${FP8[@]}" --ttft-ms 500 --tpot-ms 30 --skip-reference ;;
+  server) shift; server "fp8${TAG:+_$TAG}" "${FP8[@]}" "${STACK_ARGS[@]}" "$@" ;;
+  interactive) shift; server "fp8_interactive${TAG:+_$TAG}" --scenario Interactive "${FP8[@]}" \
+      "${STACK_ARGS[@]}" "$@" ;;
+  calibrate-server) shift; SAMPLES=2000 cli_calibrate Server "${FP8[@]}" "${STACK_ARGS[@]}" "$@" ;;
+  calibrate-interactive) shift; SAMPLES=2000 cli_calibrate Interactive "${FP8[@]}" \
+      "${STACK_ARGS[@]}" "$@" ;;
   probe) probe ;;
   tune) shift; tune "$@" ;;
   full) shift; name=$1; shift; SAMPLES=13368 cli_offline "full_$name" "$MODEL" 870 128 "$@" ;;
-  all) offline bf16; offline fp8 "${FP8[@]}"; server fp8 "${FP8[@]}" ;;
-  *) echo "usage: $0 {offline|offline-bf16|offline-fp8|offline-full|offline-2k|server|interactive|scale-8b|tp2-70b|tp8-405b|probe|tune|full|all}" >&2
+  all) offline bf16; offline fp8 "${FP8[@]}"; server fp8 "${FP8[@]}" "${STACK_ARGS[@]}" ;;
+  *) echo "usage: $0 {offline|offline-bf16|offline-fp8|offline-full|offline-2k|server|interactive|calibrate-server|calibrate-interactive|scale-8b|tp2-70b|tp8-405b|probe|tune|full|all}" >&2
      exit 2 ;;
 esac

@@ -56,10 +56,39 @@ def add_parser(sub) -> None:
         help="Offline: samples in the measurement; enough to fill the batch many "
         "times (lower it for 405B: ~1 sample/s per GPU node)",
     )
-    cal.add_argument("--start-qps", type=float, default=1.0, help="Server: first trial QPS")
+    cal.add_argument(
+        "--start-qps",
+        type=float,
+        default=None,
+        help="Server: first trial QPS (default: 0.9 x the same engine's Offline samples/s)",
+    )
     cal.add_argument("--trials", type=int, default=6, help="Server: trial runs")
-    cal.add_argument("--trial-s", type=float, default=30.0, help="Server: seconds per trial")
-    cal.add_argument("--trial-queries", type=int, default=200, help="Server: queries per trial")
+    cal.add_argument(
+        "--trial-s",
+        type=float,
+        default=60.0,
+        help="Server: seconds per trial; long enough for a queue above capacity to show "
+        "(several sample latencies)",
+    )
+    cal.add_argument(
+        "--trial-queries",
+        type=int,
+        default=0,
+        help="Server: at least this many queries per trial (default: target x --trial-s)",
+    )
+    cal.add_argument(
+        "--precision",
+        type=float,
+        default=0.02,
+        help="Server: stop when the highest pass and the lowest failure are this close",
+    )
+    cal.add_argument(
+        "--confirm",
+        action="store_true",
+        help="Server: run the written conf for its full min_duration and step the target "
+        "down by --backoff until a run is VALID and its engine kept up",
+    )
+    cal.add_argument("--confirm-runs", type=int, default=3, help="Server: confirmation runs")
     cal.add_argument(
         "--backoff",
         type=float,
@@ -85,7 +114,17 @@ def calibrate_request(args: argparse.Namespace, extra: list[str]) -> CalibrateRe
     conf = resolve_user_path(args.user_conf)
     if conf is None:
         conf = benchmark_conf(args.benchmark, args.scenario)
-    return request_from_flags(CalibrateRequest, args, user_conf=conf, run_args=tuple(extra))
+    template = None
+    if args.scenario != "Offline":
+        from harness.cli.run import run_request_from_argv
+
+        argv = ["--benchmark", args.benchmark, "--scenario", args.scenario, "--model"]
+        argv += [str(args.model), "--dataset", str(args.dataset), "--output"]
+        argv += [str(args.output / "trials"), "--user-conf", str(conf), "--no-progress", *extra]
+        template = run_request_from_argv(argv)
+    return request_from_flags(
+        CalibrateRequest, args, user_conf=conf, run_args=tuple(extra), run_template=template
+    )
 
 
 def cmd_calibrate(args: argparse.Namespace, extra: list[str]) -> int:

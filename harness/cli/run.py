@@ -140,17 +140,12 @@ def _engine_overrides(args: argparse.Namespace, extra: list[str]) -> dict:
     return overrides
 
 
-def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
-    from harness import tracking
+def build_run_request(args: argparse.Namespace, extra: list[str]):
+    """The run's flags as a RunRequest; `extra`: the flags `run` does not know (engine flags)."""
     from harness.resources import resolve_user_path
-    from harness.run.runner import RunRequest, prepare, run
-    from harness.run.summary import render_result
-    from harness.submission.preflight import settings_check
+    from harness.run.runner import RunRequest
 
-    if args.submission or args.round:
-        print(f"{choose_round_for(args, args.benchmark).note}", flush=True)
-
-    req = RunRequest(
+    return RunRequest(
         benchmark=args.benchmark,
         scenario=args.scenario,
         mode=args.mode,
@@ -175,6 +170,27 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
         stall_timeout_s=args.stall_timeout or None,
         engine_start_timeout_s=args.engine_start_timeout or None,
     )
+
+
+def run_request_from_argv(argv: list[str]):
+    """A RunRequest from a `run` command line (calibrate's in-process trials take the same
+    flags as its child runs); argparse reports bad flags as `run` would."""
+    p = argparse.ArgumentParser(prog="mlperf-vllm run", add_help=False)
+    _add_run_arguments(p)
+    args, extra = p.parse_known_args(argv)
+    return build_run_request(args, extra)
+
+
+def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
+    from harness import tracking
+    from harness.run.runner import prepare, run
+    from harness.run.summary import render_result
+    from harness.submission.preflight import settings_check
+
+    if args.submission or args.round:
+        print(f"{choose_round_for(args, args.benchmark).note}", flush=True)
+
+    req = build_run_request(args, extra)
     prepared = prepare(req)  # bad input stops here: no MLflow run, no mlflow.db
     cfg = tracking_config(args)
     tracking.check_reachable(cfg)  # before any engine starts

@@ -333,9 +333,11 @@ def judge_trial(
         ("TPOT", "tpot_p99_ms", tpot_limit_ms),
     ):
         value = perf.get(key)
-        if limit and value is None:
+        if not limit:
+            continue
+        if value is None:
             reasons.append(f"no {label} p99 in the LoadGen log")
-        elif limit and value > limit:
+        elif value > limit:
             reasons.append(f"{label} p99 {value:,.1f} ms > {limit:,.0f} ms")
     queries = int(perf.get("sample_count") or 0)
     if perf.get("early_stopping_met") is False:

@@ -157,7 +157,13 @@ class TrialEngine:
         return perf
 
     def trial(
-        self, qps: float, duration_s: float, *, name: str = "trial", max_in_flight=None
+        self,
+        qps: float,
+        duration_s: float,
+        *,
+        name: str = "trial",
+        max_in_flight=None,
+        min_queries: int = 0,
     ) -> TrialResult:
         """One Server-like test at `qps` for about `duration_s`, judged by the one rule."""
         s = self.settings
@@ -165,7 +171,7 @@ class TrialEngine:
         s.mode = lg.TestMode.PerformanceOnly
         s.server_target_qps = qps
         s.min_duration_ms = int(duration_s * 1000)
-        wanted = max(1, math.ceil(qps * duration_s))
+        wanted = max(1, min_queries, math.ceil(qps * duration_s))
         s.min_query_count = wanted
         loaded = min(wanted, self.size)
         s.performance_sample_count_override = loaded

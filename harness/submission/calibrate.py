@@ -6,20 +6,19 @@
   issues max(min_query_count, 1.1 x min_duration x qps) samples, so the real run lasts about
   1.1 x margin x min_duration at the measured rate: min_duration is still met if the real run
   is up to that much faster than the short measurement (a warm engine, fuller batches).
-- Server / Interactive: short Server runs at increasing target QPS (doubling, then bisection)
-  find the highest QPS whose p99 TTFT and TPOT stay within the benchmark's limits; the conf
-  gets that QPS x (1 - backoff). Short trials cannot certify a p99 (early stopping wants
-  hundreds of queries over the full 600 s), so the final run can still be INVALID when the
-  search ran too close to the edge: the backoff is the margin for that.
+- Server / Interactive: trials on one engine, bounded by the same engine's Offline rate, each
+  judged by the p99 limits *and* whether the engine kept up; `--confirm` then runs the written
+  target for the full min_duration and steps down until a run holds (calibrate_server.py).
 
-Each trial is one `mlperf-vllm run` process and so one engine start.
+The Offline measurement is one `mlperf-vllm run` process and so one engine start; the Server
+search shares one engine among all its trials.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,28 +45,23 @@ class CalibrateRequest:
     # must fill the engine's batch many times over: a pass of a few batches underestimates
     # the warm, full-batch rate of the real run, which then ends before min_duration.
     measure_samples: int = 1000
-    start_qps: float = 1.0  # Server: first trial
-    trials: int = 6  # Server: trial runs in the search
-    trial_s: float = 30.0  # Server: min_duration of one trial
-    trial_queries: int = 200  # Server: min_query_count of one trial
+    start_qps: float | None = None  # Server: first trial (None: 0.9 x the Offline ceiling)
+    trials: int = 6  # Server: trials in the search
+    trial_s: float = 60.0  # Server: min_duration of one trial
+    trial_queries: int = 0  # Server: min_query_count of one trial (0: target x trial_s)
     backoff: float = 0.05  # Server: written QPS = highest passing x (1 - backoff)
+    precision: float = 0.02  # Server: the search stops when pass and failure are this close
+    confirm: bool = False  # Server: run the written conf for its full duration, step down
+    confirm_runs: int = 3  # Server: confirmation runs at most
     # Wall-clock limit of one trial (its process group is ended); hangs inside a trial are
     # caught sooner by the run's own --stall-timeout / --engine-start-timeout.
     trial_timeout_s: float | None = None
     run_args: tuple[
         str, ...
     ] = ()  # passed to each `mlperf-vllm run` (engine flags, --max-tokens...)
-
-
-@dataclass(frozen=True)
-class Trial:
-    qps: float
-    passed: bool
-    ttft_p99_ms: float | None
-    tpot_p99_ms: float | None
-    completed_qps: float | None
-    validity: str
-    output: Path
+    # Server: the same flags as an in-process run request (harness.run.runner.RunRequest), for
+    # the trials that share one engine; the CLI builds it from run_args.
+    run_template: Any = None
 
 
 def conf_key_lines(text: str, keys: Sequence[str]) -> str:
@@ -157,8 +151,7 @@ def calibrate(req: CalibrateRequest) -> Path:
         block = _calibrate_offline(req, bench, lg_model, size)
         keys = ["target_qps", "min_duration", "min_query_count"]
     elif req.scenario in ("Server", "Interactive"):
-        block = _calibrate_server(req, bench, lg_model, size)
-        keys = ["target_qps", "min_duration"]
+        return _calibrate_server(req, bench, lg_model, size)
     else:
         raise UsageError(f"calibrate covers Offline, Server and Interactive, not {req.scenario}")
     base = req.user_conf.read_text() if req.user_conf else ""
@@ -213,107 +206,49 @@ def _calibrate_offline(
     return lines + _demo_lines(bench, lg_model, "Offline", req, size)
 
 
-def latency_ok(perf: dict[str, Any], ttft_ms: float, tpot_ms: float) -> bool:
-    ttft, tpot = perf.get("ttft_p99_ms"), perf.get("tpot_p99_ms")
-    return ttft is not None and tpot is not None and ttft <= ttft_ms and tpot <= tpot_ms
+def _calibrate_server(req: CalibrateRequest, bench: Benchmark, lg_model: str, size: int) -> Path:
+    from harness.submission.calibrate_server import calibrate_server, confirm_target
 
+    if req.trial_s <= 0 or req.trials < 1 or not 0 <= req.backoff < 1:
+        raise UsageError("--trial-s and --trials must be positive and --backoff in [0, 1)")
+    if req.confirm and req.confirm_runs < 1:
+        raise UsageError("--confirm-runs must be at least 1")
+    search, qps = calibrate_server(req, bench, lg_model)
+    base = req.user_conf.read_text() if req.user_conf else ""
+    text = conf_key_lines(base, ["target_qps", "min_duration"]) if base else ""
+    demo = _demo_lines(bench, lg_model, "Server", req, size)
+    conf = req.output / "user.conf"
 
-def search_qps(
-    measure: Callable[[float], bool], start: float, trials: int, decimals: int = 3
-) -> tuple[float | None, list[tuple[float, bool]]]:
-    """Highest passing QPS: double (or halve) from `start` until the outcome flips, then bisect.
-
-    `measure(qps)` runs one trial; the search spends at most `trials` of them.
-    """
-    history: list[tuple[float, bool]] = []
-    lo: float | None = None  # highest passing
-    hi: float | None = None  # lowest failing
-    q = start
-    for _ in range(trials):
-        q = round(q, decimals)
-        ok = measure(q)
-        history.append((q, ok))
-        if ok:
-            lo = q if lo is None else max(lo, q)
-        else:
-            hi = q if hi is None else min(hi, q)
-        if lo is not None and hi is not None:
-            q = (lo + hi) / 2
-            if round(q, decimals) in (lo, hi):
-                break
-        elif lo is not None:
-            q = lo * 2
-        else:
-            q = q / 2
-            if q < 10**-decimals:
-                break
-    return lo, history
-
-
-def _calibrate_server(
-    req: CalibrateRequest, bench: Benchmark, lg_model: str, size: int
-) -> list[str]:
-    limits = bench.server_limits
-    if limits is None:
-        raise UsageError(f"{bench.name} has no Server latency limits")
-    trials: list[Trial] = []
-
-    def measure(qps: float) -> bool:
-        tag = f"qps-{qps:g}"
-        conf = req.output / f"trial-{tag}.conf"
-        conf.write_text(
-            f"# calibrate: one short Server trial at {qps:g} QPS (not a benchmark run)\n"
-            f"{lg_model}.Server.target_qps = {qps:g}\n"
-            f"{lg_model}.Server.min_duration = {int(req.trial_s * 1000)}\n"
-            f"{lg_model}.Server.min_query_count = {req.trial_queries}\n"
-        )
-        out = req.output / f"trial-{tag}"
-        perf = _run_once(req, req.scenario, conf, out)
-        ok = latency_ok(perf, limits.ttft_ms, limits.tpot_ms)
-        trials.append(
-            Trial(
-                qps,
-                ok,
-                perf.get("ttft_p99_ms"),
-                perf.get("tpot_p99_ms"),
-                perf.get("samples_per_second"),
-                str(perf.get("validity")),
-                out,
+    def write_conf(target: float, evidence: list[str], banner: str = "") -> None:
+        if any(line.startswith("# NOT COMPLIANT") for line in demo):
+            banner += (
+                "# NOT COMPLIANT (demo calibration): see the NOT COMPLIANT lines at the end.\n"
             )
-        )
-        print(
-            f"calibrate: {qps:g} QPS -> TTFT p99 {perf.get('ttft_p99_ms')} ms, TPOT p99 "
-            f"{perf.get('tpot_p99_ms')} ms: {'within' if ok else 'over'} the limits",
-            flush=True,
-        )
-        return ok
+        body = [*search, *evidence, f"{lg_model}.Server.target_qps = {target:g}", *demo]
+        tmp = conf.with_name(conf.name + ".tmp")
+        tmp.write_text(banner + text + "\n".join(body) + "\n")
+        tmp.replace(conf)
 
-    best, _ = search_qps(measure, req.start_qps, req.trials)
-    if best is None:
+    if not req.confirm:
+        write_conf(
+            qps,
+            [
+                "# not confirmed: run `calibrate --confirm` (or the conf itself) for the full "
+                "min_duration before trusting this target"
+            ],
+        )
+        print("\n".join(line for line in search if line.startswith("#")))
+        print(f"user.conf written: {conf}")
+        return conf
+    confirmed, evidence = confirm_target(req, lg_model, conf, write_conf, qps)
+    if confirmed is None:
+        write_conf(
+            qps, evidence, "# NOT CONFIRMED: no run of the full duration held; see the end.\n"
+        )
         raise UsageError(
-            f"no trial QPS met p99 TTFT {limits.ttft_ms:g} ms / TPOT {limits.tpot_ms:g} ms "
-            f"(lowest tried {min(t.qps for t in trials):g}): pass a lower --start-qps or more "
-            "--trials, or a faster engine configuration"
+            f"no confirmation run held ({len(evidence) - 1} tried, down to the last target in "
+            f"{conf}): the engine cannot sustain these rates for the full duration; try a "
+            "faster engine configuration or a larger --backoff"
         )
-    qps = math.floor(best * (1 - req.backoff) * 1000) / 1000
-    lines = [
-        f"# --- mlperf-vllm calibrate, {time.strftime('%Y-%m-%d %H:%M')} ---",
-        f"# searched target_qps for p99 TTFT <= {limits.ttft_ms:g} ms and TPOT <= "
-        f"{limits.tpot_ms:g} ms ({lg_model}), {len(trials)} trials of "
-        f">= {req.trial_s:g} s / {req.trial_queries} queries:",
-    ]
-    for t in trials:
-        lines.append(
-            f"#   {t.qps:>10g} QPS: TTFT p99 {_ms(t.ttft_p99_ms)}, TPOT p99 "
-            f"{_ms(t.tpot_p99_ms)} -> {'pass' if t.passed else 'FAIL'}"
-        )
-    lines += [
-        f"# highest passing {best:g} QPS x (1 - backoff {req.backoff:g}) = {qps:g}; short "
-        "trials cannot certify a p99 (early stopping): check the 600 s run's verdict",
-        f"{lg_model}.Server.target_qps = {qps:g}",
-    ]
-    return lines + _demo_lines(bench, lg_model, "Server", req, size)
-
-
-def _ms(v: float | None) -> str:
-    return "n/a" if v is None else f"{v:,.1f} ms"
+    print(f"user.conf written: {conf} (target {confirmed:g} QPS, confirmed)")
+    return conf

@@ -1,0 +1,152 @@
+"""Server / Interactive calibration: the highest target QPS the engine *sustains* within the
+limits, confirmed by a run of the submission's length when asked.
+
+1. One engine (harness.run.trials.TrialEngine) runs every measurement of the search, each a
+   LoadGen test of its own: first an Offline test, whose samples/s is the ceiling (no Server
+   target above the same engine's Offline rate can be sustained: the search never tries one),
+   then trials at fixed targets from `--start-qps` (default 0.9 x the ceiling) down by x0.8 until
+   one passes, then bisection between the highest pass and the lowest failure (the ceiling
+   counts as one) to `--precision`.
+2. A trial passes by the one rule (harness.run.timeline.judge_trial): p99 TTFT and TPOT within
+   the limits, early stopping where the trial had enough queries to judge it, and the engine
+   keeping up over the trial's steady part (completions keep pace with issues, the backlog does
+   not grow). A short trial above capacity meets its p99 limits only because its queue has not
+   had time to grow; the steady-part test is what catches it. A trial loads about target x
+   --trial-s samples, so LoadGen's rounding to whole passes over the loaded samples does not
+   stretch it.
+3. The conf gets the highest passing target x (1 - backoff), with every trial's evidence in its
+   comments.
+4. `--confirm`: one `mlperf-vllm run` (its own process, the written conf, the full min_duration)
+   at that target; if it is INVALID or its engine fell behind, the target steps down by the
+   backoff and the run is repeated, up to `--confirm-runs` times. The conf then holds a rate that
+   a run of the submission's length held, or says NOT CONFIRMED and the command fails.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+from harness.benchmarks import Benchmark
+from harness.errors import UsageError
+from harness.run.child import ChildRun, run_in_child
+
+
+def calibrate_server(req: Any, bench: Benchmark, lg_model: str) -> tuple[list[str], float]:
+    """The conf lines of a Server / Interactive calibration and the target they set."""
+    from harness.run.runner import prepare
+    from harness.run.trials import TrialEngine, bounded_search
+
+    limits = bench.server_limits
+    if limits is None:
+        raise UsageError(f"{bench.name} has no Server latency limits")
+    if req.run_template is None:
+        raise UsageError("calibrate needs the run's flags (internal: no run template)")
+    prep = prepare(req.run_template)
+    eng = TrialEngine(prep, req.output / "trials")
+    print(f"calibrate: engine started in {eng.engine_start_s:.0f} s", flush=True)
+    try:
+        off = eng.offline_rate(req.measure_samples)
+        ceiling = float(off.get("samples_per_second") or 0.0)
+        print(
+            f"calibrate: Offline on the same engine {ceiling:.3f} samples/s "
+            f"({req.measure_samples} samples): no target above it can be sustained",
+            flush=True,
+        )
+        if ceiling <= 0:
+            raise UsageError(f"the Offline measurement reported no samples/s ({eng.logs})")
+
+        def measure(qps: float) -> bool:
+            t = eng.trial(qps, req.trial_s, name="trial", min_queries=req.trial_queries)
+            print(f"calibrate: {t.line()}", flush=True)
+            for note in t.notes:
+                print(f"calibrate:   ({note})", flush=True)
+            return t.passed
+
+        start = req.start_qps or 0.9 * ceiling
+        best, _ = bounded_search(measure, start, ceiling, req.trials, req.precision)
+    finally:
+        eng.close()
+    trials = eng.trials
+    if best is None:
+        lowest = min(t.target_qps for t in trials) if trials else 0
+        raise UsageError(
+            f"no trial passed (lowest tried {lowest:g} QPS; p99 TTFT {limits.ttft_ms:g} ms / "
+            f"TPOT {limits.tpot_ms:g} ms and keeping up): pass more --trials, a lower "
+            "--start-qps, or a faster engine configuration (trials in "
+            f"{req.output / 'trials'})"
+        )
+    qps = math.floor(best * (1 - req.backoff) * 1000) / 1000
+    lines = [
+        f"# --- mlperf-vllm calibrate, {time.strftime('%Y-%m-%d %H:%M')} ---",
+        f"# the same engine's Offline rate: {ceiling:.3f} samples/s (the search's ceiling)",
+        f"# trials of >= {req.trial_s:g} s on one engine, each judged by p99 TTFT <= "
+        f"{limits.ttft_ms:g} ms, TPOT <= {limits.tpot_ms:g} ms ({lg_model}), early stopping "
+        "where judgeable, and the engine keeping up over the steady part:",
+    ]
+    for t in trials:
+        lines.append(f"#   {t.line()}")
+    lines.append(
+        f"# highest passing {best:g} QPS = {best / ceiling:.3f} of Offline; x (1 - backoff "
+        f"{req.backoff:g}) = {qps:g}"
+    )
+    return lines, qps
+
+
+def confirm_target(
+    req: Any, lg_model: str, conf: Path, write_conf, qps: float
+) -> tuple[float | None, list[str]]:
+    """Run the written conf for its full min_duration, stepping the target down by the backoff
+    while the run is INVALID or its engine fell behind. `write_conf(qps, lines)` rewrites the
+    conf with that target and the evidence lines so far. Returns the confirmed target (None if
+    no run held) and the evidence lines."""
+    evidence: list[str] = []
+    for attempt in range(1, req.confirm_runs + 1):
+        write_conf(qps, evidence)
+        out = req.output / f"confirm-{attempt}-qps-{qps:g}"
+        child = ChildRun(
+            benchmark=req.benchmark,
+            scenario=req.scenario,
+            mode="performance",
+            model=req.model,
+            dataset=req.dataset,
+            output=out,
+            user_conf=conf,
+            extra_args=req.run_args,
+            timeout_s=req.trial_timeout_s,
+            timeout_flag="--trial-timeout",
+        )
+        print(f"calibrate: confirming {qps:g} QPS: {child.describe()}", flush=True)
+        outcome = run_in_child(child)
+        if not outcome.ok or outcome.result is None or not outcome.result.performance:
+            raise UsageError(
+                f"the confirmation run failed (exit {outcome.rc}): {outcome.error} (logs in {out})"
+            )
+        perf = outcome.result.performance
+        sustained = perf.get("sustained") or {}
+        held = perf.get("validity") == "VALID" and sustained.get("kept_up") is not False
+        line = (
+            f"# confirm {attempt}: {qps:g} QPS for {perf.get('duration_s') or 0:.0f} s -> "
+            f"{perf.get('validity')}, TTFT p99 {perf.get('ttft_p99_ms') or 0:,.1f} ms, TPOT p99 "
+            f"{perf.get('tpot_p99_ms') or 0:,.1f} ms, engine "
+            + {True: "kept up", False: "FELL BEHIND", None: "not judged"}[sustained.get("kept_up")]
+            + (
+                ""
+                if held
+                else f" ({'; '.join(perf.get('invalid_reasons') or []) or 'fell behind'})"
+            )
+            + f" [{out.name}]"
+        )
+        print(f"calibrate: {line[2:]}", flush=True)
+        evidence.append(line)
+        if held:
+            evidence.append(f"# confirmed: a run of the conf's full duration held {qps:g} QPS")
+            write_conf(qps, evidence)
+            return qps, evidence
+        qps = math.floor(qps * (1 - req.backoff) * 1000) / 1000
+    evidence.append(
+        f"# NOT CONFIRMED: no run of the conf's full duration held (last tried {qps:g} QPS)"
+    )
+    return None, evidence
