@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness import files
 from harness.benchmarks import Benchmark, resolve
 from harness.errors import UsageError
 from harness.proc.children import EXIT_TIMEOUT, run_child
@@ -179,7 +180,7 @@ def calibrate(req: CalibrateRequest) -> Path:
     banner = ""
     if any(line.startswith("# NOT COMPLIANT") for line in block):
         banner = "# NOT COMPLIANT (demo calibration): see the NOT COMPLIANT lines at the end.\n"
-    conf.write_text(banner + text + "\n".join(block) + "\n")
+    files.write_text(conf, banner + text + "\n".join(block) + "\n")  # aside, then renamed
     print("\n".join(line for line in block if line.startswith("#")))
     print(f"user.conf written: {conf}")
     return conf

@@ -16,6 +16,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness import files
+
 # --------------------------------------------------------------------------- config results
 
 
@@ -142,7 +144,7 @@ VALID, accuracy PASS.
 
 
 def write_csv(rows: Sequence[ConfigRow], path: Path) -> None:
-    with open(path, "w", newline="") as fh:
+    with files.atomic_path(path) as tmp, open(tmp, "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=CSV_COLUMNS)
         w.writeheader()
         for r in rows:
@@ -213,7 +215,8 @@ def write_chart(rows: Sequence[ConfigRow], path: Path, title: str) -> None:
         ncol=5,
     )
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    with files.atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=100)
     plt.close(fig)
 
 
@@ -227,11 +230,12 @@ def write_reports(sweep: Sweep, meta: dict[str, Any]) -> dict[str, Path]:
     if sweep.opt.kind == "stacked":
         extra = f"\nFinal stack: {' + '.join(getattr(sweep, 'final_stack', [])) or '(baseline)'}\n"
     md = f"# {title}\n\n{table}{extra}\n{RULES}"
-    paths["sweep.md"].write_text(md)
-    paths["summary.txt"].write_text(md)
-    paths["plan.txt"].write_text(sweep.plan.text)
+    files.write_text(paths["sweep.md"], md)
+    files.write_text(paths["summary.txt"], md)
+    files.write_text(paths["plan.txt"], sweep.plan.text)
     write_chart(sweep.rows, paths["sweep.png"], title)
-    paths["sweep.json"].write_text(
+    files.write_text(
+        paths["sweep.json"],
         json.dumps(
             {
                 **meta,
@@ -241,6 +245,6 @@ def write_reports(sweep: Sweep, meta: dict[str, Any]) -> dict[str, Path]:
             indent=2,
             default=str,
         )
-        + "\n"
+        + "\n",
     )
     return paths
