@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import sys
 import threading
 import time
@@ -29,11 +30,14 @@ from harness.datasets import (
     validate_against_model,
 )
 from harness.errors import UsageError
+from harness.files import check_output_dir
 from harness.run.cost import add_cost
 from harness.run.environment import RUN_VERSION_DISTS, installed_versions
 from harness.run.logs import ACCURACY_LOG, DETAIL_LOG, parse_detail_log, performance_result
 from harness.run.result import RESULT_FILE, PreflightVerdict, RunResult
 from harness.run.settings import (
+    LOADGEN_SCENARIO,
+    NO_AUDIT_NAME,
     SettingsRequest,
     audit_path_for,
     build_log_settings,
@@ -41,8 +45,13 @@ from harness.run.settings import (
     cap_performance_sample_count,
     set_mode,
 )
-from sut.engine import describe_error, resolved_engine_args, resolved_settings
-from sut.lifecycle import DEFAULT_ENGINE_START_TIMEOUT_S, DEFAULT_STALL_TIMEOUT_S
+from harness.run.user_conf import ignored_lines
+from sut.engine import describe_error, resolved_engine_args, resolved_settings, vllm_reason
+from sut.lifecycle import (
+    DEFAULT_ENGINE_START_TIMEOUT_S,
+    DEFAULT_STALL_TIMEOUT_S,
+    EngineStartTimeout,
+)
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +84,7 @@ class RunRequest:
     # No token for this long while samples are in flight fails the run (None: never).
     stall_timeout_s: float | None = DEFAULT_STALL_TIMEOUT_S
     engine_start_timeout_s: float | None = DEFAULT_ENGINE_START_TIMEOUT_S
+    overwrite: bool = False  # replace a completed run already in `output`
 
     def modes(self) -> list[str]:
         return ["performance", "accuracy"] if self.mode == "both" else [self.mode]
@@ -95,11 +105,14 @@ class PreparedRun:
     engine_config: Any  # sut.engine.EngineConfig
     sampling: dict[str, Any]
     warnings: list[str]
+    settings: Any  # mlperf_loadgen.TestSettings, built once (FromConfig: once per process)
+    earlier: str | None = None  # an earlier run's status in `output`: its files get replaced
 
 
 def prepare(req: RunRequest) -> PreparedRun:
-    """Every check that needs no engine: fail here, in seconds, not after an engine start."""
-    from sut.engine import make_engine_config
+    """Every check that needs no engine: fail here, in seconds, not after an engine start,
+    and before anything is written."""
+    from sut.engine import EngineArgError, check_engine_config, make_engine_config
 
     if req.mode not in MODES:
         raise UsageError(f"unknown mode {req.mode!r}: choose one of {', '.join(MODES)}")
@@ -108,8 +121,9 @@ def prepare(req: RunRequest) -> PreparedRun:
         bench, loadgen_model = resolve(req.benchmark, req.scenario)
     except (KeyError, ValueError) as exc:
         raise UsageError(str(exc).strip("'\"")) from None
-    if not req.model.exists():
-        raise UsageError(f"model {req.model} does not exist: pass --model with a local checkpoint")
+    check_output_dir(req.output, "--output")
+    earlier = _earlier_run(req.output, req.overwrite)
+    _check_model_path(req.model)
     if req.user_conf is not None and not req.user_conf.is_file():
         raise UsageError(
             f"user.conf {req.user_conf} does not exist: pass --user-conf with an existing file "
@@ -120,6 +134,12 @@ def prepare(req: RunRequest) -> PreparedRun:
             f"audit config {req.audit_config} does not exist: pass --audit-config with the "
             "compliance test's audit.config"
         )
+    warnings: list[str] = []
+    settings = build_test_settings(
+        SettingsRequest(loadgen_model, req.scenario, req.user_conf), req.modes()[0]
+    )
+    if req.user_conf is not None:
+        warnings += _ignored_user_conf_lines(req, loadgen_model)
     need_targets = "accuracy" in req.modes() and req.evaluate
     if need_targets:
         _require_punkt(req.nltk_data)
@@ -127,9 +147,8 @@ def prepare(req: RunRequest) -> PreparedRun:
         req.dataset, bench, allow_pickle=req.allow_pickle, need_targets=need_targets
     )
     engine_config = make_engine_config(str(req.model), req.engine_overrides)
-    warnings: list[str] = []
     load_format = str(engine_config.kwargs.get("load_format", "auto"))
-    if (req.model / "config.json").exists():
+    if req.model.is_dir():
         vocab, ctx = model_vocab_and_context(req.model)
         max_len = engine_config.kwargs.get("max_model_len") or ctx
         if load_format != "dummy":
@@ -141,6 +160,10 @@ def prepare(req: RunRequest) -> PreparedRun:
             max_tokens=req.max_tokens or bench.sampling.max_tokens,
             path=dataset.path,
         )
+    try:  # what only vLLM can judge, judged by vLLM, still before any engine starts
+        check_engine_config(engine_config, async_engine=not _uses_offline_sut(req, engine_config))
+    except EngineArgError as exc:
+        raise UsageError(str(exc)) from None
     s = bench.sampling
     sampling = {
         "max_tokens": req.max_tokens or s.max_tokens,
@@ -157,7 +180,84 @@ def prepare(req: RunRequest) -> PreparedRun:
         warnings.append("ignore_eos is on: outputs have fixed length (throughput study only)")
     if engine_config.prefix_caching:
         warnings.append("prefix caching is on: not compliant with the MLPerf LLM rules")
-    return PreparedRun(req, bench, loadgen_model, dataset, engine_config, sampling, warnings)
+    return PreparedRun(
+        req,
+        bench,
+        loadgen_model,
+        dataset,
+        engine_config,
+        sampling,
+        warnings,
+        settings,
+        earlier,
+    )
+
+
+# What a run writes into its output folder; an earlier run's are removed together before a
+# new run starts there, so no file of one run ever sits beside the result.json of another.
+RUN_OUTPUTS = ("performance", "accuracy", RESULT_FILE, "audit.config", NO_AUDIT_NAME)
+
+
+def _earlier_run(output: Path, overwrite: bool) -> str | None:
+    """The status of a run already in `output` (None: there is none). A completed run is
+    refused unless `overwrite`; what it would take to go on is said in the error."""
+    if not any((output / name).exists() for name in RUN_OUTPUTS):
+        return None
+    earlier = RunResult.read(output / RESULT_FILE)
+    status = earlier.status if earlier is not None else "unfinished"
+    if status == "completed" and not overwrite:
+        started = f" started {earlier.started_at}" if earlier and earlier.started_at else ""
+        raise UsageError(
+            f"{output} holds a completed run ({status}{started}): pass a new --output, or "
+            "--overwrite to replace that run"
+        )
+    return status
+
+
+def _clear_earlier_run(output: Path, status: str) -> None:
+    print(f"replacing the earlier {status} run in {output}", flush=True)
+    for name in RUN_OUTPUTS:
+        path = output / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        elif path.exists() or path.is_symlink():
+            path.unlink()
+
+
+def _check_model_path(model: Path) -> None:
+    if not model.exists():
+        raise UsageError(f"model {model} does not exist: pass --model with a local checkpoint")
+    if model.is_file() and model.suffix != ".gguf":
+        raise UsageError(
+            f"model {model} is a file: pass --model the checkpoint folder (config.json, "
+            "tokenizer, weights)"
+        )
+
+
+def _ignored_user_conf_lines(req: RunRequest, loadgen_model: str) -> list[str]:
+    """user.conf lines LoadGen would drop without a word: a refusal under --submission, one
+    warning otherwise."""
+    assert req.user_conf is not None
+    try:
+        ignored = ignored_lines(req.user_conf, loadgen_model, LOADGEN_SCENARIO[req.scenario])
+    except Exception as exc:  # the check is a help: without it the run is what it was
+        return [f"could not check the user.conf keys with LoadGen ({exc})"]
+    if not ignored:
+        return []
+    what = (
+        f"user.conf {req.user_conf} has line(s) LoadGen ignores for {loadgen_model} "
+        f"{req.scenario}: " + "; ".join(i.describe() for i in ignored)
+    )
+    if req.submission:
+        raise UsageError(what + ": fix them (a submission runs with the settings it names)")
+    return [what]
+
+
+def _uses_offline_sut(req: RunRequest, engine_config: Any) -> bool:
+    """Offline on one engine runs `vllm.LLM`; everything else `AsyncLLM` (see build_sut)."""
+    return (
+        req.scenario == "Offline" and int(engine_config.kwargs.get("data_parallel_size") or 1) == 1
+    )
 
 
 def _check_sut_options(req: RunRequest) -> None:
@@ -194,13 +294,15 @@ def run_argv(
     *extra: str,
 ) -> list[str]:
     """The command line of one `mlperf-vllm run` in its own process (calibration trials, sweep
-    repeats): no MLflow run of its own, no progress bar, then `extra`."""
+    repeats): no MLflow run of its own, no progress bar, replacing an earlier run in its
+    folder, then `extra`."""
     cmd = [sys.executable, "-m", "harness.cli", "run", "--benchmark", benchmark]
     cmd += ["--scenario", scenario, "--mode", mode, "--model", str(model)]
     cmd += ["--dataset", str(dataset), "--output", str(output)]
     if user_conf is not None:
         cmd += ["--user-conf", str(user_conf)]
-    return [*cmd, "--no-mlflow", "--no-progress", *extra]
+    # the parent owns these folders: a retried trial or repeat replaces its own earlier run
+    return [*cmd, "--no-mlflow", "--no-progress", "--overwrite", *extra]
 
 
 # Environment variables that change how vLLM, torch or the collective libraries behave, as
@@ -221,9 +323,8 @@ def build_sut(prep: PreparedRun) -> Any:
     """The SUT for the scenario, its engine started. Offline: `vllm.LLM` and its request loop;
     everything else: the streaming SUT over `AsyncLLM`. The SUT owns its engine: `stop()`."""
     scenario = prep.request.scenario
-    data_parallel = int(prep.engine_config.kwargs.get("data_parallel_size") or 1)
     req = prep.request
-    if scenario == "Offline" and data_parallel == 1:
+    if _uses_offline_sut(req, prep.engine_config):
         from sut.offline import OfflineSUT
 
         return OfflineSUT.create(
@@ -267,12 +368,10 @@ def run(
     `prepared`: the request's prepare() result, when the caller validated it already (before
     opening an MLflow run, so that bad input leaves nothing behind). `check_settings`: see
     SettingsCheck; its verdict is recorded, and a refusal ends the run before the engine."""
-    import mlperf_loadgen as lg
-
-    from sut.qsl import TokenQSL
-
     prep = prepared if prepared is not None and prepared.request == req else prepare(req)
     out = req.output
+    if prep.earlier is not None:
+        _clear_earlier_run(out, prep.earlier)
     out.mkdir(parents=True, exist_ok=True)
     result_path = out / RESULT_FILE
     result = RunResult(
@@ -300,10 +399,43 @@ def run(
         print(f"warning: {w}", flush=True)
     result.write(result_path)
 
-    settings = build_test_settings(
-        SettingsRequest(prep.loadgen_model, req.scenario, req.user_conf, prep.dataset.size),
-        req.modes()[0],
-    )
+    try:
+        _run_tests(prep, result, result_path, check_settings)
+        if result.accuracy is not None and req.evaluate:
+            result.accuracy.update(_evaluate(prep, out / "accuracy"))
+        result.status = "completed"
+    except BaseException as exc:
+        if result.status == "running":  # else the step that failed said how already
+            result.status = ending_status(exc)
+            result.error = f"{type(exc).__name__}: {exc}"
+        raise
+    finally:  # every ending leaves a final status (only SIGKILL leaves "running")
+        result.finished_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        result.write(result_path)
+    return RunOutcome(result, result_path)
+
+
+def ending_status(exc: BaseException) -> str:
+    """result.json's status for a run that ended with `exc`."""
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted"
+    return "refused" if isinstance(exc, UsageError) else "failed"
+
+
+def _run_tests(
+    prep: PreparedRun,
+    result: RunResult,
+    result_path: Path,
+    check_settings: SettingsCheck | None,
+) -> None:
+    """Engine start, warm-up and the LoadGen test(s); the result is written after each."""
+    import mlperf_loadgen as lg
+
+    from sut.qsl import TokenQSL
+
+    req = prep.request
+    out = req.output
+    settings = prep.settings
     if check_settings is not None:  # the effective settings are known only now
         verdict = check_settings(settings, prep)
         result.record_preflight(verdict)
@@ -325,11 +457,14 @@ def run(
     t0 = time.monotonic()
     try:
         sut = build_sut(prep)
-    except BaseException as exc:  # vLLM rejected the engine arguments, or start was interrupted
+    except BaseException as exc:  # the engine failed to start, or the start was interrupted
         qsl.destroy()
-        result.status = "failed" if not isinstance(exc, KeyboardInterrupt) else "interrupted"
+        result.status = ending_status(exc)
         result.error = f"engine start failed: {type(exc).__name__}: {exc}"
         result.write(result_path)
+        if isinstance(exc, Exception) and not isinstance(exc, EngineStartTimeout):
+            # one line with vLLM's reason instead of a traceback from deep inside it
+            raise EngineFailure(f"the vLLM engine did not start: {vllm_reason(exc)}") from exc
         raise
     result.engine_start_s = round(time.monotonic() - t0, 2)
     resolved = resolved_settings(getattr(sut, "vllm_config", None))
@@ -374,7 +509,7 @@ def run(
             keep_stats(mode)
             result.write(result_path)
     except BaseException as exc:
-        result.status = "failed" if not isinstance(exc, KeyboardInterrupt) else "interrupted"
+        result.status = ending_status(exc)
         result.error = f"{type(exc).__name__}: {exc}"
         keep_stats(mode)
         result.write(result_path)
@@ -388,13 +523,6 @@ def run(
             qsl.handle = None
         sut.stop()
         qsl.destroy()
-
-    if result.accuracy is not None and req.evaluate:
-        result.accuracy.update(_evaluate(prep, out / "accuracy"))
-    result.status = "completed"
-    result.finished_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    result.write(result_path)
-    return RunOutcome(result, result_path)
 
 
 def _warm_up(sut: Any, prep: PreparedRun, result: RunResult) -> None:
