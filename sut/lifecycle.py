@@ -28,6 +28,9 @@ log = logging.getLogger(__name__)
 DEFAULT_STALL_TIMEOUT_S = 300.0  # since the last token while samples are in flight
 DEFAULT_ENGINE_START_TIMEOUT_S = 3600.0  # a cold multi-node 405B load can take many minutes
 DEFAULT_STOP_TIMEOUT_S = 60.0
+# After an interrupt the engine gets as long as vLLM's own process manager gives it (SIGTERM,
+# then SIGKILL after 5 s): the user asked to stop, not to drain.
+INTERRUPT_STOP_TIMEOUT_S = 5.0
 
 
 def tokens_prompt(prompt_token_ids: list[int]) -> dict[str, Any]:
@@ -174,6 +177,16 @@ class Ledger:
             reported = self._report(todo, first_token=False)
             self.last_progress_s = time.monotonic()
             return len(todo), reported
+
+    def abandon(self) -> int:
+        """Forget every outstanding sample without answering it: LoadGen's test is being
+        abandoned (an interrupt; the process exits next), and answering a million samples
+        would only delay that by seconds. Returns how many were forgotten."""
+        with self._lock:
+            n = len(self._open)
+            self._open.clear()
+            self._first_sent.clear()
+            return n
 
     def fail_all(self) -> int:
         """Answer every outstanding sample with an empty payload; returns how many."""

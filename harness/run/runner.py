@@ -50,6 +50,8 @@ from sut.engine import describe_error, resolved_engine_args, resolved_settings, 
 from sut.lifecycle import (
     DEFAULT_ENGINE_START_TIMEOUT_S,
     DEFAULT_STALL_TIMEOUT_S,
+    DEFAULT_STOP_TIMEOUT_S,
+    INTERRUPT_STOP_TIMEOUT_S,
     EngineStartTimeout,
 )
 
@@ -484,6 +486,7 @@ def _run_tests(
         result.sut_stats = stats_by_mode.get("performance", stats_by_mode[mode])
         result.sut_stats_by_mode = stats_by_mode
 
+    stop_timeout_s = DEFAULT_STOP_TIMEOUT_S
     try:
         if req.warmup_samples:
             _warm_up(sut, prep, result)
@@ -513,15 +516,19 @@ def _run_tests(
         result.error = f"{type(exc).__name__}: {exc}"
         keep_stats(mode)
         result.write(result_path)
+        if isinstance(exc, KeyboardInterrupt):
+            stop_timeout_s = INTERRUPT_STOP_TIMEOUT_S
         raise
     finally:
         if loadgen_still_running():
             # Ctrl-C or a dead engine while LoadGen still runs: its threads keep calling the SUT
             # and QSL, so leave those allocated (the CLI exits the process right after) and stop
-            # only the engine, its processes and our threads.
+            # only the engine, its processes and our threads. The samples still in flight are
+            # not answered: nobody waits for this test any more.
             sut.handle = None
             qsl.handle = None
-        sut.stop()
+            sut.ledger.abandon()
+        sut.stop(stop_timeout_s)
         qsl.destroy()
 
 
