@@ -247,16 +247,15 @@ def check_engine_config(config: EngineConfig, *, async_engine: bool = False) -> 
     from vllm.engine.arg_utils import AsyncEngineArgs, EngineArgs
 
     saved = dict(os.environ)
-    vllm_log = logging.getLogger("vllm")
-    level = vllm_log.level
-    vllm_log.setLevel(logging.ERROR)  # its INFO lines come again when the engine starts
+    disabled = logging.root.manager.disable
+    logging.disable(logging.WARNING)  # vLLM's INFO and WARNING lines come again at the start
     try:
         args_cls = AsyncEngineArgs if async_engine else EngineArgs
         args_cls(**config.all_kwargs()).create_engine_config()
     except Exception as exc:
         raise EngineArgError(f"vLLM rejects the engine arguments: {vllm_reason(exc)}") from None
     finally:
-        vllm_log.setLevel(level)
+        logging.disable(disabled)
         for key in set(os.environ) - set(saved):
             del os.environ[key]
         os.environ.update(saved)
