@@ -142,8 +142,8 @@ def _error(message: str) -> None:
 def _interrupted_note(args: argparse.Namespace) -> str:
     if args.command in STARTS_PROCESSES:
         return (
-            "interrupted: the engine is stopped; result.json says interrupted and the LoadGen "
-            "logs written so far are kept in the output folder"
+            "interrupted: LoadGen logs written so far are kept in the output folder; the "
+            "engine is stopped and result.json says interrupted"
         )
     # every result file is written aside and renamed into place once complete
     return "interrupted: files written before are kept whole; nothing is half-written"
