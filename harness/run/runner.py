@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import sys
 import threading
 import time
@@ -31,13 +30,19 @@ from harness.datasets import (
 )
 from harness.errors import UsageError
 from harness.files import check_output_dir
+from harness.run.checks import (
+    check_model_path,
+    check_sut_options,
+    clear_earlier_run,
+    earlier_run,
+    ignored_user_conf_lines,
+    require_punkt,
+)
 from harness.run.cost import add_cost
 from harness.run.environment import RUN_VERSION_DISTS, installed_versions
 from harness.run.logs import ACCURACY_LOG, DETAIL_LOG, parse_detail_log, performance_result
 from harness.run.result import RESULT_FILE, PreflightVerdict, RunResult
 from harness.run.settings import (
-    LOADGEN_SCENARIO,
-    NO_AUDIT_NAME,
     SettingsRequest,
     audit_path_for,
     build_log_settings,
@@ -45,7 +50,6 @@ from harness.run.settings import (
     cap_performance_sample_count,
     set_mode,
 )
-from harness.run.user_conf import ignored_lines
 from sut.engine import describe_error, resolved_engine_args, resolved_settings, vllm_reason
 from sut.lifecycle import (
     DEFAULT_ENGINE_START_TIMEOUT_S,
@@ -118,14 +122,14 @@ def prepare(req: RunRequest) -> PreparedRun:
 
     if req.mode not in MODES:
         raise UsageError(f"unknown mode {req.mode!r}: choose one of {', '.join(MODES)}")
-    _check_sut_options(req)
+    check_sut_options(req)
     try:
         bench, loadgen_model = resolve(req.benchmark, req.scenario)
     except (KeyError, ValueError) as exc:
         raise UsageError(str(exc).strip("'\"")) from None
     check_output_dir(req.output, "--output")
-    earlier = _earlier_run(req.output, req.overwrite)
-    _check_model_path(req.model)
+    earlier = earlier_run(req.output, req.overwrite)
+    check_model_path(req.model)
     if req.user_conf is not None and not req.user_conf.is_file():
         raise UsageError(
             f"user.conf {req.user_conf} does not exist: pass --user-conf with an existing file "
@@ -141,10 +145,10 @@ def prepare(req: RunRequest) -> PreparedRun:
         SettingsRequest(loadgen_model, req.scenario, req.user_conf), req.modes()[0]
     )
     if req.user_conf is not None:
-        warnings += _ignored_user_conf_lines(req, loadgen_model)
+        warnings += ignored_user_conf_lines(req, loadgen_model)
     need_targets = "accuracy" in req.modes() and req.evaluate
     if need_targets:
-        _require_punkt(req.nltk_data)
+        require_punkt(req.nltk_data)
     dataset = load_dataset(
         req.dataset, bench, allow_pickle=req.allow_pickle, need_targets=need_targets
     )
@@ -195,94 +199,11 @@ def prepare(req: RunRequest) -> PreparedRun:
     )
 
 
-# What a run writes into its output folder; an earlier run's are removed together before a
-# new run starts there, so no file of one run ever sits beside the result.json of another.
-RUN_OUTPUTS = ("performance", "accuracy", RESULT_FILE, "audit.config", NO_AUDIT_NAME)
-
-
-def _earlier_run(output: Path, overwrite: bool) -> str | None:
-    """The status of a run already in `output` (None: there is none). A completed run is
-    refused unless `overwrite`; what it would take to go on is said in the error."""
-    if not any((output / name).exists() for name in RUN_OUTPUTS):
-        return None
-    earlier = RunResult.read(output / RESULT_FILE)
-    status = earlier.status if earlier is not None else "unfinished"
-    if status == "completed" and not overwrite:
-        started = f" started {earlier.started_at}" if earlier and earlier.started_at else ""
-        raise UsageError(
-            f"{output} holds a completed run ({status}{started}): pass a new --output, or "
-            "--overwrite to replace that run"
-        )
-    return status
-
-
-def _clear_earlier_run(output: Path, status: str) -> None:
-    print(f"replacing the earlier {status} run in {output}", flush=True)
-    for name in RUN_OUTPUTS:
-        path = output / name
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path)
-        elif path.exists() or path.is_symlink():
-            path.unlink()
-
-
-def _check_model_path(model: Path) -> None:
-    if not model.exists():
-        raise UsageError(f"model {model} does not exist: pass --model with a local checkpoint")
-    if model.is_file() and model.suffix != ".gguf":
-        raise UsageError(
-            f"model {model} is a file: pass --model the checkpoint folder (config.json, "
-            "tokenizer, weights)"
-        )
-
-
-def _ignored_user_conf_lines(req: RunRequest, loadgen_model: str) -> list[str]:
-    """user.conf lines LoadGen would drop without a word: a refusal under --submission, one
-    warning otherwise."""
-    assert req.user_conf is not None
-    try:
-        ignored = ignored_lines(req.user_conf, loadgen_model, LOADGEN_SCENARIO[req.scenario])
-    except Exception as exc:  # the check is a help: without it the run is what it was
-        return [f"could not check the user.conf keys with LoadGen ({exc})"]
-    if not ignored:
-        return []
-    what = (
-        f"user.conf {req.user_conf} has line(s) LoadGen ignores for {loadgen_model} "
-        f"{req.scenario}: " + "; ".join(i.describe() for i in ignored)
-    )
-    if req.submission:
-        raise UsageError(what + ": fix them (a submission runs with the settings it names)")
-    return [what]
-
-
 def _uses_offline_sut(req: RunRequest, engine_config: Any) -> bool:
     """Offline on one engine runs `vllm.LLM`; everything else `AsyncLLM` (see build_sut)."""
     return (
         req.scenario == "Offline" and int(engine_config.kwargs.get("data_parallel_size") or 1) == 1
     )
-
-
-def _check_sut_options(req: RunRequest) -> None:
-    from sut.offline import ORDERS
-
-    if req.offline_order not in ORDERS:
-        raise UsageError(
-            f"unknown --offline-order {req.offline_order!r}: choose one of {', '.join(ORDERS)}"
-        )
-    if req.warmup_samples < 0:
-        raise UsageError("--warmup-samples must be 0 or more")
-    if req.price_per_hour is not None and req.price_per_hour <= 0:
-        raise UsageError("--price-per-hour must be a positive number of dollars, e.g. 3.50")
-    dp = int(req.engine_overrides.get("data_parallel_size") or 1)
-    for flag, used in (
-        ("--offline-order", req.offline_order != "arrival"),
-        ("--warmup-samples", req.warmup_samples > 0),
-    ):
-        if used and (req.scenario != "Offline" or dp > 1):
-            raise UsageError(
-                f"{flag} applies to Offline on one engine (data_parallel_size 1): drop it "
-                f"for {req.scenario}" + (f" with data_parallel_size {dp}" if dp > 1 else "")
-            )
 
 
 def run_argv(
@@ -373,7 +294,7 @@ def run(
     prep = prepared if prepared is not None and prepared.request == req else prepare(req)
     out = req.output
     if prep.earlier is not None:
-        _clear_earlier_run(out, prep.earlier)
+        clear_earlier_run(out, prep.earlier)
     out.mkdir(parents=True, exist_ok=True)
     result_path = out / RESULT_FILE
     result = RunResult(
@@ -616,20 +537,6 @@ def _add_latency_fields(perf: dict[str, Any], v: Mapping[str, Any]) -> None:
         if text and "successful" not in text.lower():
             failed.append(f"{key.split('_')[2].upper()} early stopping: {text}")
     perf["failed_constraints"] = failed if perf.get("validity") != "VALID" else []
-
-
-def _require_punkt(nltk_data: Path | None) -> None:
-    """An accuracy run scores its log at the end: find NLTK's punkt before the engine starts,
-    not after an hour of generation."""
-    from evaluation.errors import EvaluationError
-    from evaluation.sentences import find_punkt
-
-    try:
-        find_punkt(nltk_data)
-    except EvaluationError as exc:
-        raise UsageError(
-            f"{exc}; or pass --no-evaluate and score the log later with `mlperf-vllm evaluate`"
-        ) from None
 
 
 def _evaluate(prep: PreparedRun, acc_dir: Path) -> dict[str, Any]:
