@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from evaluation.targets import AccuracyTargets, Verdict
+from harness import files
 
 # Which keys each reference script prints, in its order. The CNN/DailyMail script formats
 # its ROUGE values as strings (f"{...}"), which the checker's '?-quoted patterns accept.
@@ -99,13 +100,17 @@ def write_reports(
     accuracy_log: Path,
     log_sha256: str,
 ) -> ReportPaths:
-    output_dir.mkdir(parents=True, exist_ok=True)
     paths = ReportPaths(output_dir / "accuracy.json", output_dir / "accuracy.txt")
-    paths.accuracy_json.write_text(
-        accuracy_json(targets, metrics, verdict, accuracy_log=accuracy_log, log_sha256=log_sha256),
-        encoding="utf-8",
+    # The pair is written aside and renamed into place together: an interrupt leaves the
+    # earlier pair or the new one, never a json of one scoring beside the txt of another.
+    files.write_texts(
+        {
+            paths.accuracy_json: accuracy_json(
+                targets, metrics, verdict, accuracy_log=accuracy_log, log_sha256=log_sha256
+            ),
+            paths.accuracy_txt: accuracy_txt(style, metrics, log_sha256),
+        }
     )
-    paths.accuracy_txt.write_text(accuracy_txt(style, metrics, log_sha256), encoding="utf-8")
     return paths
 
 

@@ -233,16 +233,38 @@ def validate_against_model(
 
 def model_vocab_and_context(model_dir: str | Path) -> tuple[int, int | None]:
     """vocab_size and max_position_embeddings from a checkpoint's config.json (no weights)."""
-    import json
-
     cfg_path = Path(model_dir) / "config.json"
     if not cfg_path.exists():
         raise UsageError(
             f"model {model_dir} has no config.json: pass --model with a local checkpoint folder"
         )
-    cfg = json.loads(cfg_path.read_text())
+    cfg = _model_json(cfg_path)
     text_cfg = cfg.get("text_config", cfg)
-    return int(text_cfg["vocab_size"]), text_cfg.get("max_position_embeddings")
+    try:
+        return int(text_cfg["vocab_size"]), text_cfg.get("max_position_embeddings")
+    except (KeyError, TypeError, ValueError):
+        raise UsageError(
+            f"model {model_dir}: config.json has no usable vocab_size: pass --model a complete "
+            "checkpoint folder"
+        ) from None
+
+
+def _model_json(path: Path) -> dict:
+    """A JSON object from a checkpoint folder, or one line saying what is wrong with it."""
+    import json
+
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        data = None
+    except ValueError as exc:
+        raise UsageError(
+            f"{path} is not valid JSON ({exc}): pass --model a checkpoint folder whose "
+            f"{path.name} is intact (a download cut short leaves such files)"
+        ) from None
+    if not isinstance(data, dict):
+        raise UsageError(f"{path} holds no JSON object: pass --model an intact checkpoint folder")
+    return data
 
 
 def check_tokenizer_matches(model_dir: str | Path, vocab_size: int) -> None:
@@ -250,9 +272,7 @@ def check_tokenizer_matches(model_dir: str | Path, vocab_size: int) -> None:
     tok_file = Path(model_dir) / "tokenizer.json"
     if not tok_file.exists():
         return
-    import json
-
-    data = json.loads(tok_file.read_text())
+    data = _model_json(tok_file)
     ids = list((data.get("model", {}).get("vocab") or {}).values())
     ids += [t.get("id", 0) for t in data.get("added_tokens", [])]
     n = max(ids, default=-1) + 1

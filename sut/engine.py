@@ -235,6 +235,50 @@ def make_engine_config(
     return EngineConfig(model=model, kwargs=kwargs)
 
 
+def check_engine_config(config: EngineConfig, *, async_engine: bool = False) -> None:
+    """Let vLLM judge the engine arguments without starting an engine: building its
+    `VllmConfig` runs every check of its typed configs (ranges, the model folder's config,
+    max_model_len against the checkpoint, the parallel layout) in about a second, where a
+    start costs ~30 s here and minutes on a GPU, and would end in a traceback. Raises
+    EngineArgError quoting vLLM's reason.
+
+    vLLM sets environment variables while it builds the config; they are put back, so the
+    run records the environment the user gave it (the engine start sets them again)."""
+    from vllm.engine.arg_utils import AsyncEngineArgs, EngineArgs
+
+    saved = dict(os.environ)
+    disabled = logging.root.manager.disable
+    logging.disable(logging.WARNING)  # vLLM's INFO and WARNING lines come again at the start
+    try:
+        args_cls = AsyncEngineArgs if async_engine else EngineArgs
+        args_cls(**config.all_kwargs()).create_engine_config()
+    except Exception as exc:
+        raise EngineArgError(f"vLLM rejects the engine arguments: {vllm_reason(exc)}") from None
+    finally:
+        logging.disable(disabled)
+        for key in set(os.environ) - set(saved):
+            del os.environ[key]
+        os.environ.update(saved)
+
+
+def vllm_reason(exc: BaseException, limit: int = 400) -> str:
+    """One line of what vLLM said: each failed field of its pydantic configs with the
+    message, or the exception's first line."""
+    errors = getattr(exc, "errors", None)
+    parts: list[str] = []
+    if callable(errors):
+        try:
+            for err in errors():
+                msg = str(err.get("msg", "")).removeprefix("Value error, ")
+                loc = ".".join(str(x) for x in err.get("loc", ()) if x != "__root__")
+                parts.append(f"{loc}: {msg}" if loc else msg)
+        except Exception:  # not pydantic's errors() after all
+            parts = []
+    text = "; ".join(parts) if parts else f"{type(exc).__name__}: {exc}"
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _prepare_environment(gpu: bool) -> None:
     if "VLLM_RPC_BASE_PATH" not in os.environ:
         # vLLM binds its ZMQ IPC sockets under this folder (default: the temp dir) and leaves

@@ -28,6 +28,9 @@ log = logging.getLogger(__name__)
 DEFAULT_STALL_TIMEOUT_S = 300.0  # since the last token while samples are in flight
 DEFAULT_ENGINE_START_TIMEOUT_S = 3600.0  # a cold multi-node 405B load can take many minutes
 DEFAULT_STOP_TIMEOUT_S = 60.0
+# After an interrupt the engine gets as long as vLLM's own process manager gives it (SIGTERM,
+# then SIGKILL after 5 s): the user asked to stop, not to drain.
+INTERRUPT_STOP_TIMEOUT_S = 5.0
 
 
 def tokens_prompt(prompt_token_ids: list[int]) -> dict[str, Any]:
@@ -175,6 +178,16 @@ class Ledger:
             self.last_progress_s = time.monotonic()
             return len(todo), reported
 
+    def abandon(self) -> int:
+        """Forget every outstanding sample without answering it: LoadGen's test is being
+        abandoned (an interrupt; the process exits next), and answering a million samples
+        would only delay that by seconds. Returns how many were forgotten."""
+        with self._lock:
+            n = len(self._open)
+            self._open.clear()
+            self._first_sent.clear()
+            return n
+
     def fail_all(self) -> int:
         """Answer every outstanding sample with an empty payload; returns how many."""
         with self._lock:
@@ -245,9 +258,12 @@ def new_processes(before: set[int]) -> list[Any]:
     ]
 
 
-def reap(procs: Sequence[Any], grace_s: float = 3.0) -> list[int]:
+def reap(procs: Sequence[Any], grace_s: float = 3.0, *, kill_at_once: bool = False) -> list[int]:
     """Terminate, then kill, whichever of these processes still live; a stopped one is
-    continued so it can act on the terminate. Returns the pids that had to be stopped."""
+    continued so it can act on the terminate. `kill_at_once`: SIGKILL without the terminate
+    (an engine interrupted while it starts has nothing to save, and its processes would
+    print the tracebacks of their interrupted start). Returns the pids that had to be
+    stopped."""
     import psutil
 
     alive = []
@@ -262,11 +278,13 @@ def reap(procs: Sequence[Any], grace_s: float = 3.0) -> list[int]:
     log.warning(
         "stopping %d engine process(es) left running: %s", len(alive), [p.pid for p in alive]
     )
-    for p in alive:
-        with contextlib.suppress(psutil.Error):
-            p.terminate()
-            p.resume()  # SIGCONT: a stopped process only acts on SIGTERM once continued
-    _, still = psutil.wait_procs(alive, timeout=grace_s)
+    still = alive
+    if not kill_at_once:
+        for p in alive:
+            with contextlib.suppress(psutil.Error):
+                p.terminate()
+                p.resume()  # SIGCONT: a stopped process only acts on SIGTERM once continued
+        _, still = psutil.wait_procs(alive, timeout=grace_s)
     for p in still:
         with contextlib.suppress(psutil.Error):
             p.kill()
@@ -308,8 +326,8 @@ def start_engine(
                 f"the {what} engine did not start within {time.monotonic() - t0:.0f} s: raise "
                 "--engine-start-timeout if a cold start legitimately takes longer"
             )
-    except BaseException:
-        reap(new_processes(before))
+    except BaseException as exc:
+        reap(new_processes(before), kill_at_once=isinstance(exc, KeyboardInterrupt))
         raise
     procs = new_processes(before)
     if "error" in box:

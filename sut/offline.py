@@ -52,6 +52,8 @@ def order_samples(
 
 
 FAILED_ENGINE_GRACE_S = 2.0
+# Samples handed to the engine between two looks at the stop flag (~0.1 s of adding here).
+ADD_CHUNK = 1024
 
 
 class OfflineSUT(EngineSUT):
@@ -135,6 +137,10 @@ class OfflineSUT(EngineSUT):
 
     # Engine loop ---------------------------------------------------------------------------
     def _add(self, batch: list[tuple[int, int]], pending: dict[str, int]) -> None:
+        """Hand the samples to the engine, ADD_CHUNK at a time: between chunks the worker
+        looks up, so a stop (an interrupt) or a failure is seen within one chunk's time
+        even when the query holds a million samples. The engine still gets the whole query
+        before its first step: chunks only bound how long the worker is deaf."""
         self._progress.add_total(len(batch))
         add_request = self._engine.add_request
         batch = [
@@ -142,11 +148,16 @@ class OfflineSUT(EngineSUT):
             for rid, index in order_samples(batch, self._prompts, self._order)
             if self.ledger.is_open(rid)  # else already answered (the run failed meanwhile)
         ]
-        prompts = self._engine_inputs([index for _, index in batch])
-        for (rid, _), prompt in zip(batch, prompts, strict=True):
-            key = str(rid)
-            add_request(key, prompt, self._params)
-            pending[key] = rid
+        for start in range(0, len(batch), ADD_CHUNK):
+            if self._stopped or self.error is not None:
+                return  # what is not added is answered by stop() / fail()
+            chunk = batch[start : start + ADD_CHUNK]
+            prompts = self._engine_inputs([index for _, index in chunk])
+            for (rid, _), prompt in zip(chunk, prompts, strict=True):
+                key = str(rid)
+                add_request(key, prompt, self._params)
+                pending[key] = rid
+            self.ledger.progress()  # adding is work: the stall clock must not run meanwhile
 
     def _engine_inputs(self, indices: Sequence[int]) -> list[Any]:
         prompts = [self._prompt_type(prompt_token_ids=list(self._prompts[i])) for i in indices]
@@ -164,7 +175,7 @@ class OfflineSUT(EngineSUT):
                 batch = self._inbox.get(block=not pending)
             except queue.Empty:
                 batch = []
-            if batch is None:
+            if batch is None or self._stopped:
                 break
             try:
                 if batch:
@@ -184,6 +195,10 @@ class OfflineSUT(EngineSUT):
                 if done:
                     self._complete(done)
             except Exception as exc:  # engine died, a request or a report failed
+                if self._stopped:
+                    # the engine is being shut down under us (an interrupt, the end of the
+                    # run): a consequence of stopping, not a failure of the SUT
+                    break
                 self.fail(exc)
                 pending.clear()
         self._progress.close()

@@ -5,7 +5,7 @@ evaluation -> harness.tracking. So:
 - `sut` imports neither `harness` nor `evaluation`;
 - `evaluation` imports no `sut`, and of `harness` only the shared top-level modules;
 - inside `harness`, each folder is a layer and imports only the layers below it:
-  shared (benchmarks, datasets, errors, resources, proc/) < run/ < tracking/, submission/,
+  shared (benchmarks, datasets, errors, files, resources, proc/) < run/ < tracking/, submission/,
   sweep/, assets/ < cli/. The run layer never imports submission (the CLI hands the runner
   the preflight), and nothing outside cli/ imports the CLI;
 - no import cycle among modules, counting every import: at module level, inside functions and
@@ -31,6 +31,7 @@ SHARED = (
     "harness.benchmarks",
     "harness.datasets",
     "harness.errors",
+    "harness.files",
     "harness.resources",
     "harness.proc",
 )
@@ -38,10 +39,17 @@ RUN = ("harness.run",)
 # What each part of the tree may import from this project (a prefix allows its submodules).
 ALLOWED: dict[str, tuple[str, ...]] = {
     "sut": ("sut",),
-    "evaluation": ("evaluation", "harness.benchmarks", "harness.datasets", "harness.errors"),
+    "evaluation": (
+        "evaluation",
+        "harness.benchmarks",
+        "harness.datasets",
+        "harness.errors",
+        "harness.files",
+    ),
     "harness.benchmarks": SHARED,
     "harness.datasets": SHARED,
     "harness.errors": SHARED,
+    "harness.files": SHARED,
     "harness.resources": SHARED,
     "harness.proc": SHARED,
     "harness.run": (*SHARED, *RUN, "sut", "evaluation"),

@@ -12,6 +12,8 @@ import random
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from harness import files
+
 BOS = "<|begin_of_text|>"
 EOS = "<|end_of_text|>"
 PAD = "<|pad|>"
@@ -210,5 +212,5 @@ def build_synthetic_dataset(
     if out.suffix == ".parquet":
         frame.to_parquet(out)
     else:
-        out.write_text(frame.to_json(orient="records"))
+        files.write_text(out, frame.to_json(orient="records"))
     return out

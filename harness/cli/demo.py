@@ -111,6 +111,7 @@ def run_demo(args: argparse.Namespace) -> int:
         output=args.output,
         user_conf=assets.user_conf,
         engine_overrides=assets.engine_overrides,
+        overwrite=True,  # the demo's folder is its own: a second demo replaces the first
     )
     prepared = prepare(req)
     with tracking.tracked_run(

@@ -14,6 +14,7 @@ from evaluation.targets import ACCURACY_LEVELS, known_benchmarks
 from harness.cli.common import EXIT_ERROR, strict_code
 from harness.cli.flags import add_mlflow_arguments, tracking_config
 from harness.errors import UsageError
+from harness.files import check_output_dir
 
 
 def add_evaluate_arguments(parser: argparse.ArgumentParser) -> None:
@@ -54,6 +55,11 @@ def add_evaluate_arguments(parser: argparse.ArgumentParser) -> None:
         help="folder for accuracy.json and accuracy.txt (default: the accuracy log's folder)",
     )
     parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an accuracy.json in the output folder that scores another log or dataset",
+    )
+    parser.add_argument(
         "--accuracy-level",
         choices=ACCURACY_LEVELS,
         default="99",
@@ -91,7 +97,16 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         bench = get_benchmark(args.benchmark)
     except KeyError as exc:
         raise UsageError(str(exc).strip("'\"")) from None
+    out_dir = args.output if args.output is not None else args.accuracy_log.parent
+    check_output_dir(out_dir, "--output")
+    if not args.tokenizer.is_dir():
+        raise UsageError(
+            f"tokenizer {args.tokenizer} is not a folder: pass --tokenizer the model's local "
+            "folder (the one the run used)"
+        )
     dataset = load_dataset(args.dataset, bench, allow_pickle=args.allow_pickle, need_targets=True)
+    for note in earlier_scores(args.accuracy_log, args.dataset, out_dir, args.overwrite):
+        print(f"warning: {note}", flush=True)
     cfg = tracking_config(args)
     tracking.check_reachable(cfg)
     with tracking.tracked_run(cfg, f"evaluate {args.benchmark}") as trk:
@@ -133,3 +148,50 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if trk.logging_error:
         return EXIT_ERROR
     return strict_code(args, None, {"verdict": "PASS" if ev.verdict.passed else "FAIL"})
+
+
+def earlier_scores(log: Path, dataset: Path, out_dir: Path, overwrite: bool) -> list[str]:
+    """Refuse (UsageError) to replace scores this evaluation has no business replacing: the
+    accuracy.json of another log, or a run's own scores with ones against another dataset than
+    the run recorded. With `overwrite`, or when the scores go elsewhere, say it in a warning."""
+    import json
+
+    from harness.datasets import file_sha256
+    from harness.run.result import RESULT_FILE, RunResult
+
+    notes: list[str] = []
+    if not log.is_file():
+        return notes  # the evaluation says so, in its words
+    force = "pass --output another folder, or --overwrite to replace them"
+    run_dir = log.parent.parent
+    run = RunResult.read(run_dir / RESULT_FILE) if log.parent.name == "accuracy" else None
+    if run is not None and run.dataset_sha256 and dataset.is_file():
+        digest = file_sha256(dataset)
+        if digest != run.dataset_sha256:
+            what = (
+                f"the run in {run_dir} used dataset {run.dataset} (sha256 "
+                f"{run.dataset_sha256[:12]}...), --dataset {dataset} is another file (sha256 "
+                f"{digest[:12]}...)"
+            )
+            if out_dir.resolve() == log.parent.resolve() and not overwrite:
+                raise UsageError(
+                    f"{what}: its scores would replace the run's accuracy.json with scores "
+                    f"against other references; pass the run's dataset, or {force}"
+                )
+            notes.append(f"{what}: scoring against it anyway")
+    existing = out_dir / "accuracy.json"
+    if existing.is_file():
+        try:
+            recorded = json.loads(existing.read_text(encoding="utf-8")).get("accuracy_log_sha256")
+        except (OSError, ValueError, AttributeError):
+            recorded = None
+        if recorded != file_sha256(log):
+            what = (
+                f"{existing} holds the scores of another accuracy log"
+                if recorded
+                else f"{existing} is not an accuracy.json of ours"
+            )
+            if not overwrite:
+                raise UsageError(f"{what}: {force}")
+            notes.append(f"{what}: replacing it (--overwrite)")
+    return notes

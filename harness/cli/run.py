@@ -39,6 +39,11 @@ def _add_run_arguments(p: argparse.ArgumentParser) -> None:
         help="preprocessed dataset (.json, .jsonl, .parquet, .pkl with --allow-pickle)",
     )
     p.add_argument("--output", required=True, type=Path, help="folder for logs and results")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace a completed run already in --output (refused without it)",
+    )
     p.add_argument("--user-conf", type=Path, help="LoadGen user.conf (see user_confs/)")
     p.add_argument("--audit-config", type=Path, help="compliance audit.config (e.g. TEST06)")
     p.add_argument(
@@ -169,6 +174,7 @@ def build_run_request(args: argparse.Namespace, extra: list[str]):
         price_per_hour=args.price_per_hour,
         stall_timeout_s=args.stall_timeout or None,
         engine_start_timeout_s=args.engine_start_timeout or None,
+        overwrite=args.overwrite,
     )
 
 

@@ -99,6 +99,7 @@ def cmd_package(args: argparse.Namespace) -> int:
     )
     print(
         f"packaged {len(report.written)} files into {report.scenario_dir} for {report.round_note}"
+        + (" (it replaced the package that was there)" if report.replaced else "")
     )
     if report.todo:
         from harness.submission.checker import fill_in_hint

@@ -18,7 +18,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-_state = {"signals": 0}
+_state = {"signals": 0, "held": 0, "pending": 0}
 
 
 def _kill_everything_now(signum: int) -> None:
@@ -39,7 +39,26 @@ def _handler(signum: int, frame: Any) -> None:
     _state["signals"] += 1
     if _state["signals"] > 1:
         _kill_everything_now(signum)
+    if _state["held"]:
+        _state["pending"] = signum  # raised when the commit in progress is done
+        return
     raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+
+@contextlib.contextmanager
+def held() -> Iterator[None]:
+    """A few renames that must happen together (a result file and its companion, an old tree
+    swapped for a new one): a first signal inside waits until the block is done, then raises
+    as usual. A second signal still kills at once."""
+    _state["held"] += 1
+    try:
+        yield
+    finally:
+        _state["held"] -= 1
+        signum = _state["pending"]
+        if signum and not _state["held"]:
+            _state["pending"] = 0
+            raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
 
 
 def install() -> None:

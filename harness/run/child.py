@@ -55,7 +55,8 @@ class ChildRun:
         flags += ["--output", str(self.output)]
         if self.user_conf is not None:
             flags += ["--user-conf", str(self.user_conf)]
-        flags += ["--no-mlflow", "--no-progress"]
+        # The parent owns these folders: a retried trial or repeat replaces its own earlier run.
+        flags += ["--no-mlflow", "--no-progress", "--overwrite"]
         if self.max_tokens:
             flags += ["--max-tokens", str(self.max_tokens)]
         if self.nltk_data:

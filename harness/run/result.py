@@ -23,8 +23,12 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from harness import files
+
 SCHEMA_VERSION = 1
 RESULT_FILE = "result.json"
+# How a run ends: every ending writes one of these (only a SIGKILL leaves "running" behind).
+FINAL_STATUSES = ("completed", "failed", "interrupted", "refused")
 
 
 @dataclass(frozen=True)
@@ -61,7 +65,7 @@ _OPTIONAL = frozenset(
 
 @dataclass
 class RunResult:
-    status: str = "running"  # running / completed / failed / interrupted / refused
+    status: str = "running"  # running, then one of FINAL_STATUSES
     benchmark: str = ""
     loadgen_model: str = ""
     scenario: str = ""
@@ -128,10 +132,8 @@ class RunResult:
         return out
 
     def write(self, path: Path) -> None:
-        """Atomically: a reader never sees half a file."""
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(self.to_dict(), indent=2, default=str) + "\n")
-        tmp.replace(path)
+        """Atomically: a reader, a crash or an interrupt sees the old file or the new one."""
+        files.write_text(path, json.dumps(self.to_dict(), indent=2, default=str) + "\n")
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RunResult:

@@ -29,6 +29,15 @@ from harness.datasets import (
     validate_against_model,
 )
 from harness.errors import UsageError
+from harness.files import check_output_dir
+from harness.run.checks import (
+    check_model_path,
+    check_sut_options,
+    clear_earlier_run,
+    earlier_run,
+    ignored_user_conf_lines,
+    require_punkt,
+)
 from harness.run.cost import add_cost
 from harness.run.environment import RUN_VERSION_DISTS, installed_versions
 from harness.run.logs import ACCURACY_LOG, DETAIL_LOG, parse_detail_log, performance_result
@@ -41,8 +50,14 @@ from harness.run.settings import (
     cap_performance_sample_count,
     set_mode,
 )
-from sut.engine import describe_error, resolved_engine_args, resolved_settings
-from sut.lifecycle import DEFAULT_ENGINE_START_TIMEOUT_S, DEFAULT_STALL_TIMEOUT_S
+from sut.engine import describe_error, resolved_engine_args, resolved_settings, vllm_reason
+from sut.lifecycle import (
+    DEFAULT_ENGINE_START_TIMEOUT_S,
+    DEFAULT_STALL_TIMEOUT_S,
+    DEFAULT_STOP_TIMEOUT_S,
+    INTERRUPT_STOP_TIMEOUT_S,
+    EngineStartTimeout,
+)
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +90,7 @@ class RunRequest:
     # No token for this long while samples are in flight fails the run (None: never).
     stall_timeout_s: float | None = DEFAULT_STALL_TIMEOUT_S
     engine_start_timeout_s: float | None = DEFAULT_ENGINE_START_TIMEOUT_S
+    overwrite: bool = False  # replace a completed run already in `output`
 
     def modes(self) -> list[str]:
         return ["performance", "accuracy"] if self.mode == "both" else [self.mode]
@@ -95,21 +111,25 @@ class PreparedRun:
     engine_config: Any  # sut.engine.EngineConfig
     sampling: dict[str, Any]
     warnings: list[str]
+    settings: Any  # mlperf_loadgen.TestSettings, built once (FromConfig: once per process)
+    earlier: str | None = None  # an earlier run's status in `output`: its files get replaced
 
 
 def prepare(req: RunRequest) -> PreparedRun:
-    """Every check that needs no engine: fail here, in seconds, not after an engine start."""
-    from sut.engine import make_engine_config
+    """Every check that needs no engine: fail here, in seconds, not after an engine start,
+    and before anything is written."""
+    from sut.engine import EngineArgError, check_engine_config, make_engine_config
 
     if req.mode not in MODES:
         raise UsageError(f"unknown mode {req.mode!r}: choose one of {', '.join(MODES)}")
-    _check_sut_options(req)
+    check_sut_options(req)
     try:
         bench, loadgen_model = resolve(req.benchmark, req.scenario)
     except (KeyError, ValueError) as exc:
         raise UsageError(str(exc).strip("'\"")) from None
-    if not req.model.exists():
-        raise UsageError(f"model {req.model} does not exist: pass --model with a local checkpoint")
+    check_output_dir(req.output, "--output")
+    earlier = earlier_run(req.output, req.overwrite)
+    check_model_path(req.model)
     if req.user_conf is not None and not req.user_conf.is_file():
         raise UsageError(
             f"user.conf {req.user_conf} does not exist: pass --user-conf with an existing file "
@@ -120,16 +140,21 @@ def prepare(req: RunRequest) -> PreparedRun:
             f"audit config {req.audit_config} does not exist: pass --audit-config with the "
             "compliance test's audit.config"
         )
+    warnings: list[str] = []
+    settings = build_test_settings(
+        SettingsRequest(loadgen_model, req.scenario, req.user_conf), req.modes()[0]
+    )
+    if req.user_conf is not None:
+        warnings += ignored_user_conf_lines(req, loadgen_model)
     need_targets = "accuracy" in req.modes() and req.evaluate
     if need_targets:
-        _require_punkt(req.nltk_data)
+        require_punkt(req.nltk_data)
     dataset = load_dataset(
         req.dataset, bench, allow_pickle=req.allow_pickle, need_targets=need_targets
     )
     engine_config = make_engine_config(str(req.model), req.engine_overrides)
-    warnings: list[str] = []
     load_format = str(engine_config.kwargs.get("load_format", "auto"))
-    if (req.model / "config.json").exists():
+    if req.model.is_dir():
         vocab, ctx = model_vocab_and_context(req.model)
         max_len = engine_config.kwargs.get("max_model_len") or ctx
         if load_format != "dummy":
@@ -141,6 +166,10 @@ def prepare(req: RunRequest) -> PreparedRun:
             max_tokens=req.max_tokens or bench.sampling.max_tokens,
             path=dataset.path,
         )
+    try:  # what only vLLM can judge, judged by vLLM, still before any engine starts
+        check_engine_config(engine_config, async_engine=not _uses_offline_sut(req, engine_config))
+    except EngineArgError as exc:
+        raise UsageError(str(exc)) from None
     s = bench.sampling
     sampling = {
         "max_tokens": req.max_tokens or s.max_tokens,
@@ -157,30 +186,24 @@ def prepare(req: RunRequest) -> PreparedRun:
         warnings.append("ignore_eos is on: outputs have fixed length (throughput study only)")
     if engine_config.prefix_caching:
         warnings.append("prefix caching is on: not compliant with the MLPerf LLM rules")
-    return PreparedRun(req, bench, loadgen_model, dataset, engine_config, sampling, warnings)
+    return PreparedRun(
+        req,
+        bench,
+        loadgen_model,
+        dataset,
+        engine_config,
+        sampling,
+        warnings,
+        settings,
+        earlier,
+    )
 
 
-def _check_sut_options(req: RunRequest) -> None:
-    from sut.offline import ORDERS
-
-    if req.offline_order not in ORDERS:
-        raise UsageError(
-            f"unknown --offline-order {req.offline_order!r}: choose one of {', '.join(ORDERS)}"
-        )
-    if req.warmup_samples < 0:
-        raise UsageError("--warmup-samples must be 0 or more")
-    if req.price_per_hour is not None and req.price_per_hour <= 0:
-        raise UsageError("--price-per-hour must be a positive number of dollars, e.g. 3.50")
-    dp = int(req.engine_overrides.get("data_parallel_size") or 1)
-    for flag, used in (
-        ("--offline-order", req.offline_order != "arrival"),
-        ("--warmup-samples", req.warmup_samples > 0),
-    ):
-        if used and (req.scenario != "Offline" or dp > 1):
-            raise UsageError(
-                f"{flag} applies to Offline on one engine (data_parallel_size 1): drop it "
-                f"for {req.scenario}" + (f" with data_parallel_size {dp}" if dp > 1 else "")
-            )
+def _uses_offline_sut(req: RunRequest, engine_config: Any) -> bool:
+    """Offline on one engine runs `vllm.LLM`; everything else `AsyncLLM` (see build_sut)."""
+    return (
+        req.scenario == "Offline" and int(engine_config.kwargs.get("data_parallel_size") or 1) == 1
+    )
 
 
 # Environment variables that change how vLLM, torch or the collective libraries behave, as
@@ -201,9 +224,8 @@ def build_sut(prep: PreparedRun) -> Any:
     """The SUT for the scenario, its engine started. Offline: `vllm.LLM` and its request loop;
     everything else: the streaming SUT over `AsyncLLM`. The SUT owns its engine: `stop()`."""
     scenario = prep.request.scenario
-    data_parallel = int(prep.engine_config.kwargs.get("data_parallel_size") or 1)
     req = prep.request
-    if scenario == "Offline" and data_parallel == 1:
+    if _uses_offline_sut(req, prep.engine_config):
         from sut.offline import OfflineSUT
 
         return OfflineSUT.create(
@@ -247,12 +269,10 @@ def run(
     `prepared`: the request's prepare() result, when the caller validated it already (before
     opening an MLflow run, so that bad input leaves nothing behind). `check_settings`: see
     SettingsCheck; its verdict is recorded, and a refusal ends the run before the engine."""
-    import mlperf_loadgen as lg
-
-    from sut.qsl import TokenQSL
-
     prep = prepared if prepared is not None and prepared.request == req else prepare(req)
     out = req.output
+    if prep.earlier is not None:
+        clear_earlier_run(out, prep.earlier)
     out.mkdir(parents=True, exist_ok=True)
     result_path = out / RESULT_FILE
     result = RunResult(
@@ -280,10 +300,43 @@ def run(
         print(f"warning: {w}", flush=True)
     result.write(result_path)
 
-    settings = build_test_settings(
-        SettingsRequest(prep.loadgen_model, req.scenario, req.user_conf, prep.dataset.size),
-        req.modes()[0],
-    )
+    try:
+        _run_tests(prep, result, result_path, check_settings)
+        if result.accuracy is not None and req.evaluate:
+            result.accuracy.update(_evaluate(prep, out / "accuracy"))
+        result.status = "completed"
+    except BaseException as exc:
+        if result.status == "running":  # else the step that failed said how already
+            result.status = ending_status(exc)
+            result.error = f"{type(exc).__name__}: {exc}"
+        raise
+    finally:  # every ending leaves a final status (only SIGKILL leaves "running")
+        result.finished_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        result.write(result_path)
+    return RunOutcome(result, result_path)
+
+
+def ending_status(exc: BaseException) -> str:
+    """result.json's status for a run that ended with `exc`."""
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted"
+    return "refused" if isinstance(exc, UsageError) else "failed"
+
+
+def _run_tests(
+    prep: PreparedRun,
+    result: RunResult,
+    result_path: Path,
+    check_settings: SettingsCheck | None,
+) -> None:
+    """Engine start, warm-up and the LoadGen test(s); the result is written after each."""
+    import mlperf_loadgen as lg
+
+    from sut.qsl import TokenQSL
+
+    req = prep.request
+    out = req.output
+    settings = prep.settings
     if check_settings is not None:  # the effective settings are known only now
         verdict = check_settings(settings, prep)
         result.record_preflight(verdict)
@@ -305,11 +358,14 @@ def run(
     t0 = time.monotonic()
     try:
         sut = build_sut(prep)
-    except BaseException as exc:  # vLLM rejected the engine arguments, or start was interrupted
+    except BaseException as exc:  # the engine failed to start, or the start was interrupted
         qsl.destroy()
-        result.status = "failed" if not isinstance(exc, KeyboardInterrupt) else "interrupted"
+        result.status = ending_status(exc)
         result.error = f"engine start failed: {type(exc).__name__}: {exc}"
         result.write(result_path)
+        if isinstance(exc, Exception) and not isinstance(exc, EngineStartTimeout):
+            # one line with vLLM's reason instead of a traceback from deep inside it
+            raise EngineFailure(f"the vLLM engine did not start: {vllm_reason(exc)}") from exc
         raise
     result.engine_start_s = round(time.monotonic() - t0, 2)
     resolved = resolved_settings(getattr(sut, "vllm_config", None))
@@ -329,6 +385,7 @@ def run(
         result.sut_stats = stats_by_mode.get("performance", stats_by_mode[mode])
         result.sut_stats_by_mode = stats_by_mode
 
+    stop_timeout_s = DEFAULT_STOP_TIMEOUT_S
     try:
         if req.warmup_samples:
             _warm_up(sut, prep, result)
@@ -348,34 +405,31 @@ def run(
                 result.performance = perf
                 add_cost(perf, req.price_per_hour)
                 if req.scenario != "Offline":
-                    _add_latency_fields(perf, detail.values)
+                    add_latency_fields(perf, detail.values)
                     perf.update(record_timeline(sut, settings, out, prep))
             else:
                 result.accuracy = {"log": str(log_dir / ACCURACY_LOG)}
             keep_stats(mode)
             result.write(result_path)
     except BaseException as exc:
-        result.status = "failed" if not isinstance(exc, KeyboardInterrupt) else "interrupted"
+        result.status = ending_status(exc)
         result.error = f"{type(exc).__name__}: {exc}"
         keep_stats(mode)
         result.write(result_path)
+        if isinstance(exc, KeyboardInterrupt):
+            stop_timeout_s = INTERRUPT_STOP_TIMEOUT_S
         raise
     finally:
         if loadgen_still_running():
             # Ctrl-C or a dead engine while LoadGen still runs: its threads keep calling the SUT
             # and QSL, so leave those allocated (the CLI exits the process right after) and stop
-            # only the engine, its processes and our threads.
+            # only the engine, its processes and our threads. The samples still in flight are
+            # not answered: nobody waits for this test any more.
             sut.handle = None
             qsl.handle = None
-        sut.stop()
+            sut.ledger.abandon()
+        sut.stop(stop_timeout_s)
         qsl.destroy()
-
-    if result.accuracy is not None and req.evaluate:
-        result.accuracy.update(_evaluate(prep, out / "accuracy"))
-    result.status = "completed"
-    result.finished_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    result.write(result_path)
-    return RunOutcome(result, result_path)
 
 
 def _warm_up(sut: Any, prep: PreparedRun, result: RunResult) -> None:
@@ -475,7 +529,7 @@ def record_timeline(sut: Any, settings: Any, out_dir: Path, prep: PreparedRun) -
         return {"timeline": {"error": f"{type(exc).__name__}: {exc}"}}
 
 
-def _add_latency_fields(perf: dict[str, Any], v: Mapping[str, Any]) -> None:
+def add_latency_fields(perf: dict[str, Any], v: Mapping[str, Any]) -> None:
     """Server / Interactive / SingleStream: the limits LoadGen applied and which ones failed;
     `v`: the detail log's values."""
     failed = []
@@ -490,20 +544,6 @@ def _add_latency_fields(perf: dict[str, Any], v: Mapping[str, Any]) -> None:
         if text and "successful" not in text.lower():
             failed.append(f"{key.split('_')[2].upper()} early stopping: {text}")
     perf["failed_constraints"] = failed if perf.get("validity") != "VALID" else []
-
-
-def _require_punkt(nltk_data: Path | None) -> None:
-    """An accuracy run scores its log at the end: find NLTK's punkt before the engine starts,
-    not after an hour of generation."""
-    from evaluation.errors import EvaluationError
-    from evaluation.sentences import find_punkt
-
-    try:
-        find_punkt(nltk_data)
-    except EvaluationError as exc:
-        raise UsageError(
-            f"{exc}; or pass --no-evaluate and score the log later with `mlperf-vllm evaluate`"
-        ) from None
 
 
 def _evaluate(prep: PreparedRun, acc_dir: Path) -> dict[str, Any]:

@@ -31,7 +31,6 @@ class SettingsRequest:
     loadgen_model: str
     scenario: str  # our scenario name
     user_conf: Path | None
-    dataset_size: int
 
 
 def build_test_settings(req: SettingsRequest, mode: str = "performance"):
@@ -50,9 +49,13 @@ def build_test_settings(req: SettingsRequest, mode: str = "performance"):
     else:
         rc = settings.FromConfig("", req.loadgen_model, lg_scenario, 0)
     if rc != 0:
+        from harness.run.user_conf import unparsable_line
+
+        where = unparsable_line(req.user_conf) if req.user_conf is not None else None
         raise UsageError(
-            f"LoadGen could not parse {req.user_conf or 'mlperf.conf'} (code {rc}): each line must "
-            "be `model.scenario.key = value`"
+            f"LoadGen could not parse {req.user_conf or 'mlperf.conf'} (code {rc})"
+            + (f", {where}" if where else "")
+            + ": each line must be `model.scenario.key = value` with a number as value"
         )
     set_mode(settings, mode)
     return settings

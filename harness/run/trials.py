@@ -27,16 +27,11 @@ from harness.run.logs import parse_detail_log, performance_result
 from harness.run.runner import (
     EngineFailure,
     PreparedRun,
-    _add_latency_fields,
+    add_latency_fields,
     build_sut,
     run_loadgen_test,
 )
-from harness.run.settings import (
-    SettingsRequest,
-    audit_path_for,
-    build_log_settings,
-    build_test_settings,
-)
+from harness.run.settings import audit_path_for, build_log_settings
 from harness.run.timeline import judge_sustained, judge_trial, write_timeline
 from sut.engine import describe_error
 
@@ -92,11 +87,9 @@ class TrialEngine:
 
         self.lg, self.prep, self.logs = lg, prep, logs
         logs.mkdir(parents=True, exist_ok=True)
-        req = prep.request
-        # Interactive runs LoadGen's Server scenario under the `-interactive` model name.
-        self.settings = build_test_settings(
-            SettingsRequest(prep.loadgen_model, req.scenario, req.user_conf, prep.dataset.size)
-        )
+        # Built once by prepare() (mlperf.conf + the user.conf; Interactive is LoadGen's Server
+        # scenario under the `-interactive` model name); each trial sets only its own fields.
+        self.settings = prep.settings
         limits = prep.bench.server_limits
         self.ttft_ms = ttft_ms or (limits.ttft_ms if limits else None)
         self.tpot_ms = tpot_ms or (limits.tpot_ms if limits else None)
@@ -181,7 +174,7 @@ class TrialEngine:
         log_dir, wall = self._test(s, f"{name}-{qps:g}")
         detail = parse_detail_log(log_dir / "mlperf_log_detail.txt")
         perf = performance_result(log_dir, detail).to_dict()
-        _add_latency_fields(perf, detail.values)
+        add_latency_fields(perf, detail.values)
         tl = self.sut.timeline()
         verdict = judge_sustained(tl.samples, tl.gauges, qps)
         write_timeline(

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness import files
 from harness.benchmarks import Benchmark, resolve
 from harness.errors import UsageError
 from harness.run.child import ChildRun, run_in_child
@@ -161,7 +162,7 @@ def calibrate(req: CalibrateRequest) -> Path:
     banner = ""
     if any(line.startswith("# NOT COMPLIANT") for line in block):
         banner = "# NOT COMPLIANT (demo calibration): see the NOT COMPLIANT lines at the end.\n"
-    conf.write_text(banner + text + "\n".join(block) + "\n")
+    files.write_text(conf, banner + text + "\n".join(block) + "\n")  # aside, then renamed
     print("\n".join(line for line in block if line.startswith("#")))
     print(f"user.conf written: {conf}")
     return conf

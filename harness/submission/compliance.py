@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from harness import files
 from harness.errors import UsageError
 from harness.run.logs import ACCURACY_LOG, DETAIL_LOG, parse_detail_log
 from harness.run.result import RESULT_FILE, RunResult
@@ -192,10 +193,11 @@ def write_test06(result: Test06Result, accuracy_log: Path, output: Path) -> Path
     dest = output if output.name == "TEST06" else output / "TEST06"
     (dest / "accuracy").mkdir(parents=True, exist_ok=True)
     verify = dest / VERIFY_FILE
-    verify.write_text(result.text())
     copy = dest / "accuracy" / ACCURACY_LOG
     if accuracy_log.resolve() != copy.resolve():
-        shutil.copyfile(accuracy_log, copy)
+        with files.atomic_path(copy) as tmp:
+            shutil.copyfile(accuracy_log, tmp)
+    files.write_text(verify, result.text())  # the verdict last: it names a complete log
     return verify
 
 

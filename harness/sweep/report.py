@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness import files
 from harness.sweep.plan import NOISE_FLOOR, SINGLE_RUN, SWEEP_FILES, Plan
 
 # --------------------------------------------------------------------------- config results
@@ -137,7 +138,7 @@ VALID, accuracy PASS.
 
 
 def write_csv(rows: Sequence[ConfigRow], path: Path) -> None:
-    with open(path, "w", newline="") as fh:
+    with files.atomic_path(path) as tmp, open(tmp, "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=CSV_COLUMNS)
         w.writeheader()
         for r in rows:
@@ -208,7 +209,8 @@ def write_chart(rows: Sequence[ConfigRow], path: Path, title: str) -> None:
         ncol=5,
     )
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    with files.atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=100)
     plt.close(fig)
 
 
@@ -230,11 +232,12 @@ def write_reports(
     if kind == "stacked":
         extra = f"\nFinal stack: {' + '.join(final_stack or []) or '(baseline)'}\n"
     md = f"# {title}\n\n{table}{extra}\n{RULES}"
-    paths["sweep.md"].write_text(md)
-    paths["summary.txt"].write_text(md)
-    paths["plan.txt"].write_text(plan.text)
+    files.write_text(paths["sweep.md"], md)
+    files.write_text(paths["summary.txt"], md)
+    files.write_text(paths["plan.txt"], plan.text)
     write_chart(rows, paths["sweep.png"], title)
-    paths["sweep.json"].write_text(
+    files.write_text(
+        paths["sweep.json"],
         json.dumps(
             {
                 **meta,
@@ -244,6 +247,6 @@ def write_reports(
             indent=2,
             default=str,
         )
-        + "\n"
+        + "\n",
     )
     return paths

@@ -1,0 +1,114 @@
+"""The checks a run makes before anything is written and before its engine starts: the SUT
+options, the output folder (an earlier run in it), the model path, the user.conf lines LoadGen
+would ignore, NLTK's punkt for an accuracy run. Each failure is one UsageError line."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from harness.errors import UsageError
+from harness.run.result import RESULT_FILE, RunResult
+from harness.run.settings import LOADGEN_SCENARIO, NO_AUDIT_NAME
+from harness.run.user_conf import ignored_lines
+
+if TYPE_CHECKING:
+    from harness.run.runner import RunRequest
+
+
+def check_sut_options(req: RunRequest) -> None:
+    from sut.offline import ORDERS
+
+    if req.offline_order not in ORDERS:
+        raise UsageError(
+            f"unknown --offline-order {req.offline_order!r}: choose one of {', '.join(ORDERS)}"
+        )
+    if req.warmup_samples < 0:
+        raise UsageError("--warmup-samples must be 0 or more")
+    if req.price_per_hour is not None and req.price_per_hour <= 0:
+        raise UsageError("--price-per-hour must be a positive number of dollars, e.g. 3.50")
+    dp = int(req.engine_overrides.get("data_parallel_size") or 1)
+    for flag, used in (
+        ("--offline-order", req.offline_order != "arrival"),
+        ("--warmup-samples", req.warmup_samples > 0),
+    ):
+        if used and (req.scenario != "Offline" or dp > 1):
+            raise UsageError(
+                f"{flag} applies to Offline on one engine (data_parallel_size 1): drop it "
+                f"for {req.scenario}" + (f" with data_parallel_size {dp}" if dp > 1 else "")
+            )
+
+
+# What a run writes into its output folder; an earlier run's are removed together before a
+# new run starts there, so no file of one run ever sits beside the result.json of another.
+RUN_OUTPUTS = ("performance", "accuracy", RESULT_FILE, "audit.config", NO_AUDIT_NAME)
+
+
+def earlier_run(output: Path, overwrite: bool) -> str | None:
+    """The status of a run already in `output` (None: there is none). A completed run is
+    refused unless `overwrite`; what it would take to go on is said in the error."""
+    if not any((output / name).exists() for name in RUN_OUTPUTS):
+        return None
+    earlier = RunResult.read(output / RESULT_FILE)
+    status = earlier.status if earlier is not None else "unfinished"
+    if status == "completed" and not overwrite:
+        started = f" started {earlier.started_at}" if earlier and earlier.started_at else ""
+        raise UsageError(
+            f"{output} holds a completed run ({status}{started}): pass a new --output, or "
+            "--overwrite to replace that run"
+        )
+    return status
+
+
+def clear_earlier_run(output: Path, status: str) -> None:
+    print(f"replacing the earlier {status} run in {output}", flush=True)
+    for name in RUN_OUTPUTS:
+        path = output / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        elif path.exists() or path.is_symlink():
+            path.unlink()
+
+
+def check_model_path(model: Path) -> None:
+    if not model.exists():
+        raise UsageError(f"model {model} does not exist: pass --model with a local checkpoint")
+    if model.is_file() and model.suffix != ".gguf":
+        raise UsageError(
+            f"model {model} is a file: pass --model the checkpoint folder (config.json, "
+            "tokenizer, weights)"
+        )
+
+
+def ignored_user_conf_lines(req: RunRequest, loadgen_model: str) -> list[str]:
+    """user.conf lines LoadGen would drop without a word: a refusal under --submission, one
+    warning otherwise."""
+    assert req.user_conf is not None
+    try:
+        ignored = ignored_lines(req.user_conf, loadgen_model, LOADGEN_SCENARIO[req.scenario])
+    except Exception as exc:  # the check is a help: without it the run is what it was
+        return [f"could not check the user.conf keys with LoadGen ({exc})"]
+    if not ignored:
+        return []
+    what = (
+        f"user.conf {req.user_conf} has line(s) LoadGen ignores for {loadgen_model} "
+        f"{req.scenario}: " + "; ".join(i.describe() for i in ignored)
+    )
+    if req.submission:
+        raise UsageError(what + ": fix them (a submission runs with the settings it names)")
+    return [what]
+
+
+def require_punkt(nltk_data: Path | None) -> None:
+    """An accuracy run scores its log at the end: find NLTK's punkt before the engine starts,
+    not after an hour of generation."""
+    from evaluation.errors import EvaluationError
+    from evaluation.sentences import find_punkt
+
+    try:
+        find_punkt(nltk_data)
+    except EvaluationError as exc:
+        raise UsageError(
+            f"{exc}; or pass --no-evaluate and score the log later with `mlperf-vllm evaluate`"
+        ) from None
