@@ -114,10 +114,14 @@ if [ -n "${USER_CONF:-}" ]; then
   CONF=$USER_CONF
   record calibrate "SKIPPED" "USER_CONF=$CONF"
 else
+  # Server / Interactive: the written target must have held for a run of the conf's full
+  # min_duration (calibrate --confirm steps down until one does), not only in short trials.
+  CONFIRM=()
+  [ "$SCENARIO" = Offline ] || CONFIRM=(--confirm)
   # shellcheck disable=SC2086
   if step calibrate "$OUT/calibrate.log" $MLPERF_VLLM calibrate --benchmark "$BENCHMARK" \
       --scenario "$SCENARIO" --model "$MODEL" --dataset "$DATASET" --output "$OUT/calibrate" \
-      $CALIBRATE_ARGS $RUN_ARGS; then
+      "${CONFIRM[@]}" $CALIBRATE_ARGS $RUN_ARGS; then
     CONF=$OUT/calibrate/user.conf
     DETAILS[${#DETAILS[@]}-1]="$(grep -m1 -E '^[^#].*\.target_qps = ' "$CONF")"
   else

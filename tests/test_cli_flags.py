@@ -38,8 +38,14 @@ def test_every_calibrate_flag_reaches_its_field(tmp_path):
         *("--min-duration-s", "60", "--margin", "1.5", "--measure-samples", "50"),
         *("--start-qps", "2", "--trials", "3", "--trial-s", "5", "--trial-queries", "40"),
         *("--backoff", "0.1", "--trial-timeout", "90", "--max-num-seqs", "8"),
+        *("--precision", "0.05", "--confirm", "--confirm-runs", "2"),
     )
     req = calibrate_request(args, extra)
+    # The Server trials' in-process run request takes the same flags as the child runs.
+    t = req.run_template
+    assert (t.benchmark, t.scenario, t.mode) == ("llama2-70b", "Server", "performance")
+    assert (t.model, t.dataset, t.output) == (Path("m"), Path("d.json"), Path("o/trials"))
+    assert t.user_conf == conf and dict(t.engine_overrides) == {"max_num_seqs": 8}
     assert req == CalibrateRequest(
         benchmark="llama2-70b",
         scenario="Server",
@@ -56,7 +62,11 @@ def test_every_calibrate_flag_reaches_its_field(tmp_path):
         trial_queries=40,
         backoff=0.1,
         trial_timeout_s=90.0,
+        precision=0.05,
+        confirm=True,
+        confirm_runs=2,
         run_args=("--max-num-seqs", "8"),
+        run_template=t,
     )
     # every field was set away from its default: none can be dropped on the way silently
     default = CalibrateRequest("b", "s", Path(), Path(), Path())

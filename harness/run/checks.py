@@ -6,18 +6,16 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 from harness.errors import UsageError
 from harness.run.result import RESULT_FILE, RunResult
 from harness.run.settings import LOADGEN_SCENARIO, NO_AUDIT_NAME
 from harness.run.user_conf import ignored_lines
 
-if TYPE_CHECKING:
-    from harness.run.runner import RunRequest
 
 
-def check_sut_options(req: RunRequest) -> None:
+def check_sut_options(req: Any) -> None:
     from sut.offline import ORDERS
 
     if req.offline_order not in ORDERS:
@@ -81,7 +79,7 @@ def check_model_path(model: Path) -> None:
         )
 
 
-def ignored_user_conf_lines(req: RunRequest, loadgen_model: str) -> list[str]:
+def ignored_user_conf_lines(req: Any, loadgen_model: str) -> list[str]:
     """user.conf lines LoadGen would drop without a word: a refusal under --submission, one
     warning otherwise."""
     assert req.user_conf is not None
