@@ -7,8 +7,6 @@ meets min duration) is in test_package_e2e.py, which reuses that run for packagi
 
 from __future__ import annotations
 
-import pytest
-
 from harness.submission.calibrate import conf_key_lines
 from tests.conftest import cli
 

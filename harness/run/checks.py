@@ -14,7 +14,6 @@ from harness.run.settings import LOADGEN_SCENARIO, NO_AUDIT_NAME
 from harness.run.user_conf import ignored_lines
 
 
-
 def check_sut_options(req: Any) -> None:
     from sut.offline import ORDERS
 
