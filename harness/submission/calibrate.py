@@ -26,7 +26,7 @@ from typing import Any
 from harness import files
 from harness.benchmarks import Benchmark, resolve
 from harness.errors import UsageError
-from harness.run.child import ChildRun, run_in_child
+from harness.submission.calibrate_server import run_once
 
 OFFLINE_SLACK = 1.1
 SUBMISSION_MIN_DURATION_S = 600
@@ -76,31 +76,6 @@ def conf_key_lines(text: str, keys: Sequence[str]) -> str:
         else:
             out.append(line)
     return "\n".join(out).rstrip() + "\n"
-
-
-def _run_once(req: CalibrateRequest, scenario: str, conf: Path, out: Path) -> dict[str, Any]:
-    """One `mlperf-vllm run --mode performance` in its own process; its performance result."""
-    child = ChildRun(
-        benchmark=req.benchmark,
-        scenario=scenario,
-        mode="performance",
-        model=req.model,
-        dataset=req.dataset,
-        output=out,
-        user_conf=conf,
-        extra_args=req.run_args,
-        timeout_s=req.trial_timeout_s,
-        timeout_flag="--trial-timeout",
-    )
-    print(f"calibrate: {child.describe()}", flush=True)
-    outcome = run_in_child(child)
-    if not outcome.ok:
-        raise UsageError(
-            f"the calibration run failed (exit {outcome.rc}): {outcome.error} (logs in {out})"
-        )
-    if outcome.result is None or not outcome.result.performance:
-        raise UsageError(f"the calibration run in {out} has no performance result")
-    return outcome.result.performance
 
 
 def _dataset_size(req: CalibrateRequest, bench: Benchmark) -> int:
@@ -179,7 +154,7 @@ def _calibrate_offline(
         f"{lg_model}.Offline.min_query_count = {n}\n"
         f"{lg_model}.Offline.target_qps = 1\n"
     )
-    perf = _run_once(req, "Offline", conf, req.output / "measure-offline")
+    perf = run_once(req, "Offline", conf, req.output / "measure-offline")
     sps = perf.get("samples_per_second")
     if not sps:
         raise UsageError(f"the calibration run reported no samples/s ({req.output})")

@@ -95,6 +95,31 @@ def calibrate_server(req: Any, bench: Benchmark, lg_model: str) -> tuple[list[st
     return lines, qps
 
 
+def run_once(req: Any, scenario: str, conf: Path, out: Path, label: str = "") -> dict[str, Any]:
+    """One `mlperf-vllm run --mode performance` in its own process; its performance result."""
+    child = ChildRun(
+        benchmark=req.benchmark,
+        scenario=scenario,
+        mode="performance",
+        model=req.model,
+        dataset=req.dataset,
+        output=out,
+        user_conf=conf,
+        extra_args=req.run_args,
+        timeout_s=req.trial_timeout_s,
+        timeout_flag="--trial-timeout",
+    )
+    print(f"calibrate: {label}{child.describe()}", flush=True)
+    outcome = run_in_child(child)
+    if not outcome.ok:
+        raise UsageError(
+            f"the calibration run failed (exit {outcome.rc}): {outcome.error} (logs in {out})"
+        )
+    if outcome.result is None or not outcome.result.performance:
+        raise UsageError(f"the calibration run in {out} has no performance result")
+    return outcome.result.performance
+
+
 def confirm_target(
     req: Any, lg_model: str, conf: Path, write_conf, qps: float
 ) -> tuple[float | None, list[str]]:
@@ -106,25 +131,7 @@ def confirm_target(
     for attempt in range(1, req.confirm_runs + 1):
         write_conf(qps, evidence)
         out = req.output / f"confirm-{attempt}-qps-{qps:g}"
-        child = ChildRun(
-            benchmark=req.benchmark,
-            scenario=req.scenario,
-            mode="performance",
-            model=req.model,
-            dataset=req.dataset,
-            output=out,
-            user_conf=conf,
-            extra_args=req.run_args,
-            timeout_s=req.trial_timeout_s,
-            timeout_flag="--trial-timeout",
-        )
-        print(f"calibrate: confirming {qps:g} QPS: {child.describe()}", flush=True)
-        outcome = run_in_child(child)
-        if not outcome.ok or outcome.result is None or not outcome.result.performance:
-            raise UsageError(
-                f"the confirmation run failed (exit {outcome.rc}): {outcome.error} (logs in {out})"
-            )
-        perf = outcome.result.performance
+        perf = run_once(req, req.scenario, conf, out, f"confirming {qps:g} QPS: ")
         sustained = perf.get("sustained") or {}
         held = perf.get("validity") == "VALID" and sustained.get("kept_up") is not False
         line = (
