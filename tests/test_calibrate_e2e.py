@@ -47,7 +47,9 @@ def test_server_calibration_holds_for_a_run_several_times_longer(
         *("calibrate", "--benchmark", "llama3_1-8b", "--scenario", "Server"),
         *("--model", str(tiny_model), "--dataset", str(tiny_dataset), "--output", str(out)),
         *("--min-duration-s", str(CONFIRM_S), "--trials", "4", "--trial-s", str(TRIAL_S)),
-        *("--measure-samples", "96", "--confirm", "--confirm-runs", "2"),
+        # A wider backoff than the default 5%: the suite may run another engine beside this
+        # one, and the confirmation must not hinge on the other worker's load.
+        *("--measure-samples", "96", "--confirm", "--confirm-runs", "3", "--backoff", "0.15"),
         *("--max-tokens", "32", "--max-num-seqs", "4", "--enforce-eager"),
         timeout=900,
     )
@@ -73,7 +75,7 @@ def test_server_calibration_holds_for_a_run_several_times_longer(
 
     best = max(q for q, (v, _) in trials.items() if v["kept_up"] is True)
     target = float(re.findall(r"^llama3_1-8b\.Server\.target_qps = (\S+)$", text, re.M)[-1])
-    assert target <= math.floor(best * 0.95 * 1000) / 1000 + 1e-9
+    assert target <= math.floor(best * 0.85 * 1000) / 1000 + 1e-9
 
     # The confirmation: its own process and engine, the written conf, four trials' length.
     confirms = sorted(out.glob("confirm-*"))
