@@ -89,8 +89,11 @@ def add_accuracy_level_argument(p: argparse.ArgumentParser, with_round: bool = T
         "--accuracy-level",
         choices=ACCURACY_LEVELS,
         help="accuracy target: 99 or 99.9 (llama2-70b); default: the level the "
-        + ("round (--round, else the newest round with the benchmark)" if with_round else
-           "newest round with the benchmark")
+        + (
+            "round (--round, else the newest round with the benchmark)"
+            if with_round
+            else "newest round with the benchmark"
+        )
         + " accepts (v6.1: 99.9 for llama2-70b, 99 for the others)",
     )
 

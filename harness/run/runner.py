@@ -556,6 +556,8 @@ def _evaluate(prep: PreparedRun, acc_dir: Path) -> dict[str, Any]:
         from evaluation import evaluate
     except ImportError as exc:  # pragma: no cover - evaluation ships with the package
         return {"evaluation_error": f"evaluation package unavailable: {exc}"}
+    level = prep.request.accuracy_level
+    assert level is not None  # prepare() refuses a scored run without one
     try:
         ev = evaluate(
             prep.bench.accuracy_preset or prep.bench.name,
@@ -563,7 +565,7 @@ def _evaluate(prep: PreparedRun, acc_dir: Path) -> dict[str, Any]:
             prep.dataset.frame,
             str(prep.request.model),
             output_dir=acc_dir,
-            accuracy_level=prep.request.accuracy_level,
+            accuracy_level=level,
             nltk_data=prep.request.nltk_data,
         )
     except Exception as exc:

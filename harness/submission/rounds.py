@@ -208,9 +208,7 @@ class RoundChoice:
     note: str  # said to the user: which round and why
 
 
-def choose_round(
-    name: str | None, preset: str, accuracy_level: str | None = None
-) -> RoundChoice:
+def choose_round(name: str | None, preset: str, accuracy_level: str | None = None) -> RoundChoice:
     """The round a benchmark is prepared for: `name`, else the newest round that has it
     (at `accuracy_level`, or by default the level that round accepts: `accuracy_level_for`).
 
