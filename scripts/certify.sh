@@ -4,7 +4,8 @@
 # `mlperf-vllm` command; the table says which one failed and where its logs are. READY only
 # when every step passed and every rule of the submission check holds for the whole tree
 # (a datacenter LLM needs Offline plus Server or Interactive: certify each into the same
-# SUBMISSION_ROOT). ROUND defaults to the newest round that has the benchmark.
+# SUBMISSION_ROOT). ROUND defaults to the newest round that has the benchmark, the accuracy
+# level to the one that round accepts (v6.1: 99.9 for llama2-70b, 99 for the others).
 #
 #   MODEL=/models/Llama-3.1-8B-Instruct DATASET=/data/cnn_eval.json SYSTEM=1xH200_vLLM \
 #   SUBMITTER=MyOrg scripts/certify.sh llama3_1-8b Offline
@@ -29,11 +30,11 @@ usage() {
   exit 2
 }
 ROUND_ARGS=()
-LEVEL=99
+LEVEL_ARGS=()  # none: every command takes the level the round accepts
 while [ $# -gt 0 ]; do
   case $1 in
     --round) [ $# -ge 2 ] || usage; ROUND_ARGS=(--round "$2"); shift 2 ;;
-    --accuracy-level) [ $# -ge 2 ] || usage; LEVEL=$2; shift 2 ;;
+    --accuracy-level) [ $# -ge 2 ] || usage; LEVEL_ARGS=(--accuracy-level "$2"); shift 2 ;;
     -*) usage ;;
     *) break ;;
   esac
@@ -57,10 +58,10 @@ AUDIT=$HERE/user_confs/audit/TEST06.config
 
 # The round, before anything runs: a benchmark the round does not accept is refused here.
 # shellcheck disable=SC2086
-ROUND_NOTE=$($MLPERF_VLLM rounds --benchmark "$BENCHMARK" --accuracy-level "$LEVEL" \
+ROUND_NOTE=$($MLPERF_VLLM rounds --benchmark "$BENCHMARK" "${LEVEL_ARGS[@]}" \
   "${ROUND_ARGS[@]}" 2>&1) || { echo "$ROUND_NOTE" >&2; exit 2; }
 echo "== $BENCHMARK $SCENARIO for $ROUND_NOTE"
-ROUND_ARGS+=(--accuracy-level "$LEVEL")
+ROUND_ARGS+=("${LEVEL_ARGS[@]}")
 mkdir -p "$OUT"
 
 declare -a STEPS=() VERDICTS=() DETAILS=()

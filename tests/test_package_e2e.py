@@ -403,19 +403,22 @@ def test_round_benchmark_lists(offline, tmp_path):
     run, t06, _ = offline
     r70 = _retarget(run, tmp_path / "70b-run", benchmark="llama2-70b")
     root = tmp_path / "70b"
-    refused = _package(r70, t06, root, *SYSTEM_FIELDS, "--round", "v6.1")
+    level_99 = ("--accuracy-level", "99")
+    refused = _package(r70, t06, root, *SYSTEM_FIELDS, *level_99, "--round", "v6.1")
     err = refused.stderr.strip()
     assert refused.returncode == 2 and "\n" not in err and not root.exists()
     assert "round v6.1 does not accept llama2-70b-99 (rounds with it: v6.0)" in err
-    proc = _package(r70, t06, root, *SYSTEM_FIELDS)
-    assert proc.returncode == 0 and "round v6.0 (newest round with llama2-70b-99" in proc.stdout
+    proc = _package(r70, t06, root, *SYSTEM_FIELDS, *level_99)
+    assert proc.returncode == 0 and "round v6.0 (newest round with llama2-70b-99;" in proc.stdout
     failed = _failed(root, "v6.1")
     rule = failed[("round-benchmark", "tiny_cpu/llama2-70b-99")]
     assert "round v6.1 does not accept model folder llama2-70b-99" in rule.detail
     assert "--round v6.0" in rule.detail
     assert ("round-benchmark", "tiny_cpu/llama2-70b-99") not in _failed(root, "v6.0")
-    proc = _package(r70, t06, root, *SYSTEM_FIELDS, "--accuracy-level", "99.9", "--round", "v6.1")
+    # no level, no round: the level the newest round accepts (v6.1: 99.9 only)
+    proc = _package(r70, t06, root, *SYSTEM_FIELDS)
     assert proc.returncode == 0, proc.stderr
+    assert "round v6.1 (newest round with llama2-70b-99.9;" in proc.stdout
     assert (root / "closed/Demo/results/tiny_cpu/llama2-70b-99.9/Offline").is_dir()
 
 

@@ -283,3 +283,58 @@ def test_run_submission_refuses_before_engine(tiny_model, tiny_dataset, tmp_path
     assert not (out / "performance").exists()
     result = json.loads((out / "result.json").read_text())
     assert result["status"] == "refused" and "min_duration" in result["error"]
+
+
+_PREFLIGHT_OF_RUN = textwrap.dedent("""
+    import json, sys
+    from harness.cli.run import run_request_from_argv
+    from harness.run.runner import prepare
+    from harness.submission.preflight import settings_check
+    from harness.submission.rounds import choose_round
+
+    req = run_request_from_argv(sys.argv[1:])
+    prep = prepare(req)
+    verdict = settings_check(prep.settings, prep)
+    folder = choose_round(req.round, req.benchmark, req.accuracy_level).model.folder
+    print(json.dumps({"level": req.accuracy_level, "folder": folder, **verdict.__dict__}))
+""")
+
+
+def _preflight_of_run(argv: list[str]) -> dict:
+    """What `run ARGV`'s preflight decides, right before the engine would start (prepare and
+    the settings check, in a process of its own: FromConfig runs once per process)."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _PREFLIGHT_OF_RUN, *argv],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_default_70b_run_is_judged_compliant_by_v61(tiny_model, tmp_path):
+    """`run --benchmark llama2-70b` with no --accuracy-level or --round: a 99.9 run for round
+    v6.1, whose seeds the installed LoadGen carries, so neither the seeds nor the model folder
+    are findings (only what a tiny dataset and an uncalibrated conf cannot meet). Asking for
+    99 explicitly still means v6.0's llama2-70b-99, and its seeds warning, as before."""
+    from harness.assets.synthetic import build_synthetic_dataset
+
+    data = build_synthetic_dataset("llama2-70b", tiny_model, tmp_path / "orca.json", samples=8)
+    argv = ["--benchmark", "llama2-70b", "--scenario", "Offline", "--model", str(tiny_model)]
+    argv += ["--dataset", str(data), "--output", str(tmp_path / "out"), "--user-conf"]
+    argv += [str(REPO / "user_confs" / "llama2-70b" / "offline.conf"), "--no-progress"]
+
+    default = _preflight_of_run(argv)
+    assert (default["level"], default["folder"], default["round"]) == (
+        "99.9",
+        "llama2-70b-99.9",
+        "v6.1",
+    )
+    assert "seeds" not in default["rules"], default
+    assert set(default["rules"]) <= {"offline_expected_qps", "dataset"}, default
+
+    asked_99 = _preflight_of_run([*argv, "--accuracy-level", "99"])
+    assert (asked_99["folder"], asked_99["round"]) == ("llama2-70b-99", "v6.0")
+    assert "seeds" in asked_99["rules"] and "seeds" in asked_99["warning"]

@@ -12,6 +12,7 @@ from harness.errors import UsageError
 from harness.submission.rounds import (
     ROUND_NAMES,
     ROUNDS,
+    accuracy_level_for,
     choose_round,
     folder_for,
     get_round,
@@ -28,10 +29,12 @@ def test_default_is_the_newest_round_that_has_the_benchmark_and_says_so():
     c = choose_round(None, "llama3_1-405b-interactive")
     assert c.round.name == "v6.0" and c.model.folder == "llama3.1-405b"
     assert "v6.1 does not accept it" in c.note
-    assert choose_round(None, "llama2-70b").model.folder == "llama2-70b-99"
-    assert choose_round(None, "llama2-70b").round.name == "v6.0"
-    c = choose_round(None, "llama2-70b", "99.9")
+    # no level: the one the newest round accepts (v6.1: 99.9 only), not the v6.0-only 99
+    c = choose_round(None, "llama2-70b")
     assert (c.round.name, c.model.folder) == ("v6.1", "llama2-70b-99.9")
+    c = choose_round(None, "llama2-70b", "99")
+    assert (c.round.name, c.model.folder) == ("v6.0", "llama2-70b-99")
+    assert "v6.1 does not accept it" in c.note
     assert choose_round("v6.0", "llama3_1-8b-edge").model.test06 is False
 
 
@@ -114,3 +117,64 @@ def test_every_round_model_uses_a_real_preset_and_a_known_scenario():
             assert m.accuracy_level in bench.accuracy_levels
             for rule in m.scenarios.values():
                 assert set(rule.accepted) <= set(bench.scenarios), (rnd.name, m.folder)
+
+
+@pytest.mark.parametrize(
+    "preset,round_name,level",
+    [
+        ("llama2-70b", None, "99.9"),  # v6.1 accepts only llama2-70b-99.9
+        ("llama2-70b-interactive", None, "99.9"),
+        ("llama2-70b", "v6.1", "99.9"),
+        ("llama2-70b", "v6.0", "99"),  # v6.0 has both: the benchmark's first level
+        ("llama3_1-8b", None, "99"),  # one level only
+        ("llama3_1-8b-edge", "v6.0", "99"),
+        ("llama3_1-405b", None, "99"),
+        ("llama3_1-405b", "v6.1", "99"),  # v6.1 lacks 405B: choose_round refuses it later
+    ],
+)
+def test_default_accuracy_level_is_the_one_the_round_accepts(preset, round_name, level):
+    assert accuracy_level_for(preset, round_name) == level
+    assert accuracy_level_for(preset, round_name, "99.9") == "99.9"  # asked: kept as asked
+    if (preset, round_name) != ("llama3_1-405b", "v6.1"):
+        c = choose_round(round_name, preset)
+        assert c.model.accuracy_level == level and c.round.name == (round_name or c.round.name)
+
+
+def test_every_command_defaults_its_accuracy_level_the_same_way(tmp_path):
+    """run, calibrate (its runs), package, check-submission, rounds and evaluate: the parsed
+    default (None) resolves through the one rule, per benchmark and round."""
+    from harness.cli import build_parser
+    from harness.cli.calibrate import calibrate_request
+    from harness.cli.flags import accuracy_level_of
+    from harness.cli.run import build_run_request
+
+    parser = build_parser()
+    p = str(tmp_path)
+    for preset in ("llama2-70b", "llama3_1-8b", "llama3_1-405b"):
+        for rnd in (None, "v6.0", "v6.1"):
+            r = [] if rnd is None else ["--round", rnd]
+            expected = accuracy_level_for(preset, rnd)
+            commands = {
+                "run": ["run", "--benchmark", preset, "--scenario", "Offline", "--model", p]
+                + ["--dataset", p, "--output", p, *r],
+                "package": ["package", "--run", p, "--system", "s", "--submitter", "o"]
+                + ["--out", p, *r],
+                "check-submission": ["check-submission", p, "--benchmark", preset]
+                + ["--scenario", "Offline", *r],
+                "rounds": ["rounds", "--benchmark", preset, *r],
+            }
+            if rnd is None:  # evaluate has no --round: the newest round's level
+                commands["evaluate"] = ["evaluate", "--benchmark", preset, "--accuracy-log", p]
+                commands["evaluate"] += ["--dataset", p, "--tokenizer", p]
+            for name, argv in commands.items():
+                args, extra = parser.parse_known_args(argv)
+                assert args.accuracy_level is None, name
+                assert accuracy_level_of(args, preset) == expected, (name, preset, rnd)
+            run_args, extra = parser.parse_known_args(commands["run"])
+            assert build_run_request(run_args, extra).accuracy_level == expected
+            cal_args, extra = parser.parse_known_args(
+                ["calibrate", "--benchmark", preset, "--scenario", "Server", "--model", p]
+                + ["--dataset", p, "--output", p, *r]
+            )
+            template = calibrate_request(cal_args, extra).run_template  # --round: a run flag
+            assert template.accuracy_level == expected, ("calibrate", preset, rnd)

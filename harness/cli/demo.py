@@ -97,6 +97,7 @@ def run_demo(args: argparse.Namespace) -> int:
     from harness.run.runner import RunRequest, prepare, run
     from harness.run.summary import render_result
     from harness.submission.preflight import settings_check
+    from harness.submission.rounds import accuracy_level_for
 
     started = time.monotonic()
     cfg = tracking_config(args, default_experiment="mlperf-vllm-demo")
@@ -111,6 +112,7 @@ def run_demo(args: argparse.Namespace) -> int:
         output=args.output,
         user_conf=assets.user_conf,
         engine_overrides=assets.engine_overrides,
+        accuracy_level=accuracy_level_for(DEMO_BENCHMARK),
         overwrite=True,  # the demo's folder is its own: a second demo replaces the first
     )
     prepared = prepare(req)

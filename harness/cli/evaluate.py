@@ -10,9 +10,14 @@ import sys
 from pathlib import Path
 
 from evaluation.accuracy_log import TOKEN_DTYPES
-from evaluation.targets import ACCURACY_LEVELS, known_benchmarks
+from evaluation.targets import known_benchmarks
 from harness.cli.common import EXIT_ERROR, strict_code
-from harness.cli.flags import add_mlflow_arguments, tracking_config
+from harness.cli.flags import (
+    accuracy_level_of,
+    add_accuracy_level_argument,
+    add_mlflow_arguments,
+    tracking_config,
+)
 from harness.errors import UsageError
 from harness.files import check_output_dir
 
@@ -59,12 +64,7 @@ def add_evaluate_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="replace an accuracy.json in the output folder that scores another log or dataset",
     )
-    parser.add_argument(
-        "--accuracy-level",
-        choices=ACCURACY_LEVELS,
-        default="99",
-        help="accuracy target: 99 (all benchmarks) or 99.9 (llama2-70b)",
-    )
+    add_accuracy_level_argument(parser, with_round=False)
     parser.add_argument(
         "--nltk-data",
         type=Path,
@@ -97,6 +97,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         bench = get_benchmark(args.benchmark)
     except KeyError as exc:
         raise UsageError(str(exc).strip("'\"")) from None
+    level = accuracy_level_of(args, args.benchmark)
     out_dir = args.output if args.output is not None else args.accuracy_log.parent
     check_output_dir(out_dir, "--output")
     if not args.tokenizer.is_dir():
@@ -118,7 +119,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                 str(args.tokenizer),
                 dtype=args.dtype,
                 output_dir=args.output,
-                accuracy_level=args.accuracy_level,
+                accuracy_level=level,
                 nltk_data=args.nltk_data,
                 workers=args.workers,
             )
@@ -133,7 +134,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                 dataset=args.dataset,
                 tokenizer=args.tokenizer,
                 dtype=args.dtype,
-                accuracy_level=args.accuracy_level,
+                accuracy_level=level,
                 output_dir=ev.paths.accuracy_json.parent,
                 metrics=ev.metrics,
                 passed=ev.passed,

@@ -80,6 +80,31 @@ def add_round_argument(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_accuracy_level_argument(p: argparse.ArgumentParser, with_round: bool = True) -> None:
+    """--accuracy-level, default None: the level the round accepts for the benchmark, resolved
+    by `accuracy_level_of` (one rule for every command)."""
+    from evaluation.targets import ACCURACY_LEVELS
+
+    p.add_argument(
+        "--accuracy-level",
+        choices=ACCURACY_LEVELS,
+        help="accuracy target: 99 or 99.9 (llama2-70b); default: the level the "
+        + (
+            "round (--round, else the newest round with the benchmark)"
+            if with_round
+            else "newest round with the benchmark"
+        )
+        + " accepts (v6.1: 99.9 for llama2-70b, 99 for the others)",
+    )
+
+
+def accuracy_level_of(args: argparse.Namespace, benchmark: str) -> str:
+    """The run's accuracy level: --accuracy-level, else the one its round accepts."""
+    from harness.submission.rounds import accuracy_level_for
+
+    return accuracy_level_for(benchmark, getattr(args, "round", None), args.accuracy_level)
+
+
 def choose_round_for(args: argparse.Namespace, benchmark: str) -> RoundChoice:
     """The submission round of --round and --accuracy-level, checked before anything else
     happens (exit 2 if refused)."""

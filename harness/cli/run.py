@@ -9,6 +9,8 @@ from pathlib import Path
 from harness.benchmarks import SCENARIOS
 from harness.cli.common import EXIT_ERROR, strict_code
 from harness.cli.flags import (
+    accuracy_level_of,
+    add_accuracy_level_argument,
     add_mlflow_arguments,
     add_round_argument,
     choose_round_for,
@@ -67,7 +69,7 @@ def _add_run_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="allow loading .pkl datasets (unpickling runs code from the file)",
     )
-    p.add_argument("--accuracy-level", default="99", choices=["99", "99.9"])
+    add_accuracy_level_argument(p)
     add_round_argument(p)
     p.add_argument(
         "--offline-order",
@@ -164,7 +166,7 @@ def build_run_request(args: argparse.Namespace, extra: list[str]):
         progress=not args.no_progress,
         max_tokens=args.max_tokens,
         ignore_eos=args.ignore_eos,
-        accuracy_level=args.accuracy_level,
+        accuracy_level=accuracy_level_of(args, args.benchmark),
         evaluate=not args.no_evaluate,
         nltk_data=args.nltk_data,
         submission=args.submission,

@@ -8,7 +8,12 @@ from pathlib import Path
 
 from harness.benchmarks import SCENARIOS
 from harness.cli.common import EXIT_OK, EXIT_STRICT
-from harness.cli.flags import add_round_argument, choose_round_for
+from harness.cli.flags import (
+    accuracy_level_of,
+    add_accuracy_level_argument,
+    add_round_argument,
+    choose_round_for,
+)
 from harness.errors import UsageError
 
 
@@ -25,7 +30,7 @@ def add_package_commands(sub) -> None:
     pkg.add_argument("--submitter", required=True)
     pkg.add_argument("--division", default="closed", choices=["closed", "open", "network"])
     pkg.add_argument("--out", required=True, type=Path, help="submission root")
-    pkg.add_argument("--accuracy-level", default="99", choices=["99", "99.9"])
+    add_accuracy_level_argument(pkg)
     add_round_argument(pkg)
     pkg.add_argument(
         "--system-field",
@@ -52,7 +57,7 @@ def add_package_commands(sub) -> None:
         help="show only this benchmark's rows (with --scenario); every rule still counts",
     )
     chk.add_argument("--scenario", choices=SCENARIOS)
-    chk.add_argument("--accuracy-level", default="99", choices=["99", "99.9"])
+    add_accuracy_level_argument(chk)
     chk.add_argument(
         "--structure-only",
         action="store_true",
@@ -64,7 +69,7 @@ def add_package_commands(sub) -> None:
         "rounds", help="the submission rounds: model folders, scenarios and seeds each accepts"
     )
     rounds.add_argument("--benchmark", help="say which round this benchmark is prepared for")
-    rounds.add_argument("--accuracy-level", default="99", choices=["99", "99.9"])
+    add_accuracy_level_argument(rounds)
     add_round_argument(rounds)
 
 
@@ -90,7 +95,7 @@ def cmd_package(args: argparse.Namespace) -> int:
             division=args.division,
             test06=args.test06,
             accuracy_run=args.accuracy_run,
-            accuracy_level=args.accuracy_level,
+            accuracy_level=args.accuracy_level,  # None: the round's (package resolves it)
             round=args.round,
             system_fields=_pairs(args.system_field, "--system-field"),
             measurements=_pairs(args.measurement, "--measurement"),
@@ -128,7 +133,7 @@ def cmd_check_submission(args: argparse.Namespace) -> int:
         print(render_checks(results))
         print(summary_line(results))
     else:
-        folder = folder_for(args.benchmark, args.accuracy_level)
+        folder = folder_for(args.benchmark, accuracy_level_of(args, args.benchmark))
         shown = focus(results, folder, args.scenario)
         rest = [r for r in results if r not in shown]
         print(render_checks(shown))

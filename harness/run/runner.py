@@ -79,7 +79,9 @@ class RunRequest:
     progress: bool = True
     max_tokens: int | None = None  # override the preset's (weights-free GPU runs)
     ignore_eos: bool = False  # fixed-length outputs (weights-free GPU runs)
-    accuracy_level: str = "99"
+    # "99" / "99.9"; None: not chosen (the CLI resolves it by the round:
+    # harness.submission.rounds.accuracy_level_for); a scored run must name it.
+    accuracy_level: str | None = None
     evaluate: bool = True
     nltk_data: Path | None = None
     submission: bool = False
@@ -149,6 +151,8 @@ def prepare(req: RunRequest) -> PreparedRun:
     need_targets = "accuracy" in req.modes() and req.evaluate
     if need_targets:
         require_punkt(req.nltk_data)
+        if req.accuracy_level is None:
+            raise UsageError("no accuracy level to score at: pass --accuracy-level 99 or 99.9")
     dataset = load_dataset(
         req.dataset, bench, allow_pickle=req.allow_pickle, need_targets=need_targets
     )
@@ -552,6 +556,8 @@ def _evaluate(prep: PreparedRun, acc_dir: Path) -> dict[str, Any]:
         from evaluation import evaluate
     except ImportError as exc:  # pragma: no cover - evaluation ships with the package
         return {"evaluation_error": f"evaluation package unavailable: {exc}"}
+    level = prep.request.accuracy_level
+    assert level is not None  # prepare() refuses a scored run without one
     try:
         ev = evaluate(
             prep.bench.accuracy_preset or prep.bench.name,
@@ -559,7 +565,7 @@ def _evaluate(prep: PreparedRun, acc_dir: Path) -> dict[str, Any]:
             prep.dataset.frame,
             str(prep.request.model),
             output_dir=acc_dir,
-            accuracy_level=prep.request.accuracy_level,
+            accuracy_level=level,
             nltk_data=prep.request.nltk_data,
         )
     except Exception as exc:

@@ -64,7 +64,7 @@ class PackageRequest:
     division: str = "closed"
     test06: Path | None = None  # folder holding TEST06/verify_accuracy.txt (compliance output)
     accuracy_run: Path | None = None  # accuracy/ from another run folder
-    accuracy_level: str = "99"
+    accuracy_level: str | None = None  # None: the level the round accepts (choose_round)
     round: str | None = (
         None  # submission round (harness.submission.rounds); None: the newest with it
     )

@@ -156,8 +156,33 @@ def get_round(name: str) -> Round:
     raise UsageError(f"unknown round {name!r}: choose one of {', '.join(ROUND_NAMES)}")
 
 
-def folder_for(preset: str, accuracy_level: str = "99") -> str:
-    """The model folder name of a preset (interactive variants share their base's folder)."""
+def accuracy_level_for(
+    preset: str, round_name: str | None = None, accuracy_level: str | None = None
+) -> str:
+    """The accuracy level a run of `preset` is prepared and judged at: `accuracy_level` when
+    given (checked against the round later, by `choose_round`), else the level the round
+    (`round_name`, or the newest round that has the benchmark) accepts for it. v6.1 accepts
+    only llama2-70b-99.9, so a default 70B run is a 99.9 run; where a round accepts several
+    levels (v6.0's 70B), the benchmark's first (99). The one place the default is decided:
+    every command's --accuracy-level defaults to None and comes here."""
+    if accuracy_level is not None:
+        return accuracy_level
+    base = preset.removesuffix("-interactive")
+    bench = BENCHMARKS.get(base)
+    levels = bench.accuracy_levels if bench is not None else ()
+    having = [r for r in ROUNDS if any(m.preset == base for m in r.models)]
+    if round_name is not None:
+        having = [r for r in having if r.name == round_name]
+    if not having:  # no round takes it: the benchmark's first level; choose_round refuses it
+        return levels[0] if levels else "99"
+    accepted = {m.accuracy_level for m in having[0].models if m.preset == base}
+    return next(lvl for lvl in (*levels, *sorted(accepted)) if lvl in accepted)
+
+
+def folder_for(preset: str, accuracy_level: str | None = None) -> str:
+    """The model folder name of a preset (interactive variants share their base's folder);
+    `accuracy_level` None: the newest round's (`accuracy_level_for`)."""
+    accuracy_level = accuracy_level_for(preset, None, accuracy_level)
     base = preset.removesuffix("-interactive")
     known = [m for r in ROUNDS for m in r.models if m.preset == base]
     if not known:
@@ -183,11 +208,12 @@ class RoundChoice:
     note: str  # said to the user: which round and why
 
 
-def choose_round(name: str | None, preset: str, accuracy_level: str = "99") -> RoundChoice:
-    """The round a benchmark is prepared for: `name`, else the newest round that has it.
+def choose_round(name: str | None, preset: str, accuracy_level: str | None = None) -> RoundChoice:
+    """The round a benchmark is prepared for: `name`, else the newest round that has it
+    (at `accuracy_level`, or by default the level that round accepts: `accuracy_level_for`).
 
     Raises UsageError (one line, naming the rounds that have it) when `name` lacks it."""
-    folder = folder_for(preset, accuracy_level)
+    folder = folder_for(preset, accuracy_level_for(preset, name, accuracy_level))
     having = rounds_with(folder)
     if name is not None:
         rnd = get_round(name)
