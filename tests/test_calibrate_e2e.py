@@ -2,7 +2,10 @@
 runs (each its own process and engine) under the `-interactive` LoadGen name and its 500/30 ms
 limits, and a user.conf whose target_qps line follows from what the trials measured.
 (The Offline calibration runs end to end in test_package_e2e.py; the search itself is unit-
-tested in test_calibrate.py.)"""
+tested in test_calibrate.py.)
+
+Time budget: 120 s: two trial runs.
+"""
 
 from __future__ import annotations
 
