@@ -13,7 +13,7 @@ each of them:
 
 A new test that only reads such a run's files takes the fixture rather than starting a run.
 
-Engines run in eager mode, vLLM's CPU default here (sut.engine.CPU_DEFAULTS): torch.compile
+Engines run in eager mode, our default without a GPU (sut.engine.CPU_DEFAULTS): torch.compile
 would cost 7-30 s per start. test_offline_options_e2e's run compiles (`enforce_eager=false`).
 
 With pytest-xdist (`make test` runs two workers), the tests of a module, and the modules that
@@ -28,6 +28,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -261,7 +262,8 @@ def server_smoke_run(tiny_model, tiny_dataset, tmp_path_factory) -> ProbedRun:
     process that reports what is left of it after `main()` returns. Its TMPDIR is a folder of
     its own, so what it leaves there is its own even while other tests run beside it."""
     out = tmp_path_factory.mktemp("server-smoke") / "out"
-    tmp = Path(tempfile.mkdtemp(prefix="server-smoke-tmp-", dir=tmp_path_factory.getbasetemp()))
+    # A short path: vLLM's IPC socket paths inside it must stay under 108 characters.
+    tmp = Path(tempfile.mkdtemp(prefix="mlperf-test-"))
     args = run_args(
         tiny_model,
         tiny_dataset,
@@ -280,8 +282,10 @@ def server_smoke_run(tiny_model, tiny_dataset, tmp_path_factory) -> ProbedRun:
         cwd=str(REPO),
         env={**os.environ, "TMPDIR": str(tmp)},
     )
+    left = tuple(sorted(temp_sockets(tmp)))
+    shutil.rmtree(tmp, ignore_errors=True)
     checked(proc)
-    return ProbedRun(out, proc, tuple(sorted(temp_sockets(tmp))))
+    return ProbedRun(out, proc, left)
 
 
 # --- pytest-xdist: groups and order ---------------------------------------------------------
