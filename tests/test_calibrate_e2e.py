@@ -37,7 +37,7 @@ def test_interactive_calibration_writes_the_highest_passing_qps(tiny_model, tiny
         "--min-duration-s",
         "3",
         "--start-qps",
-        "4",
+        "2",
         "--trials",
         "2",
         "--trial-s",
@@ -61,8 +61,9 @@ def test_interactive_calibration_writes_the_highest_passing_qps(tiny_model, tiny
         assert (perf["ttft_limit_ms"], perf["tpot_limit_ms"]) == (500, 30)
         ok = perf["ttft_p99_ms"] <= 500 and perf["tpot_p99_ms"] <= 30
         measured[float(path.parent.name.removeprefix("trial-qps-"))] = ok
-    # 4 QPS on the tiny model is far inside the limits; the search then doubled to 8.
-    assert sorted(measured) == [4.0, 8.0] and measured[4.0]
+    # 2 QPS on the tiny model is far inside the limits, even beside another test's engine
+    # (4 QPS once missed the 30 ms TPOT there); the search then doubled to 4.
+    assert sorted(measured) == [2.0, 4.0] and measured[2.0]
 
     text = (out / "user.conf").read_text()
     assert text.startswith("# NOT COMPLIANT")
