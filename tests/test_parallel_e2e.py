@@ -2,7 +2,7 @@
 --data-parallel-size 2 goes through AsyncLLM (vllm.LLM refuses DP in one process), answers every
 sample from final outputs only and records the parallel sizes it ran with.
 
-Time budget: 90 s: one run, two engines (data parallel ranks) started side by side.
+Time budget: 120 s: one run, two engines (data parallel ranks) started side by side.
 """
 
 from __future__ import annotations

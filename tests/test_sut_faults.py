@@ -7,7 +7,7 @@ issued sample answered exactly once and the SUT's `error` naming the fault.
 - an exception inside completion reporting (both) and first-token reporting (streaming),
 - a step / stream that never returns: the stall watchdog fails the test.
 
-Time budget: 60 s: eight LoadGen tests, no engine start.
+Time budget: 30 s: eight LoadGen tests, no engine start.
 """
 
 from __future__ import annotations

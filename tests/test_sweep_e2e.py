@@ -9,7 +9,8 @@ the isolation sweep the plan without its environment knob (baseline, an engine k
 delta and recorded values, the refused knob, then `--resume`), since what an environment knob
 shows (the variable in the run's log, the confounding guard passing) the stacked sweep shows.
 
-Time budget: 330 s: seven runs of `--repeats 1` (the refused one ends at engine start).
+Time budget: 450 s: seven runs of `--repeats 1` (the refused ones end at engine start),
+the `--resume` pass and the MLflow logging.
 """
 
 from __future__ import annotations
