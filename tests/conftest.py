@@ -1,15 +1,38 @@
-"""Shared fixtures: one tiny model and one synthetic dataset per test session.
+"""Shared fixtures: one tiny model, one synthetic dataset and one run per distinct configuration
+per test session.
 
 Every LoadGen run goes through the real CLI in its own process (LoadGen's FromConfig reads
-mlperf.conf once per process). Engine-starting work is shared where a test needs no LoadGen
-process of its own, because each engine start costs ~30 s on this machine.
+mlperf.conf once per process). An engine start costs 30-60 s on two CPU cores, so a run that
+several tests only read is made once, by a session fixture, and its output folder is handed to
+each of them:
+
+- `offline_smoke_run`: Offline `--mode both` on the smoke conf (float32), logged to the session's
+  MLflow server (test_offline_e2e, test_tracking_mlflow, test_evaluation_e2e);
+- `server_smoke_run`: Server `--mode both` on the smoke conf, run under a probe that lists the
+  threads and child processes left after `main()` returns (test_server_e2e, test_package_e2e).
+
+A new test that only reads such a run's files takes the fixture rather than starting a run.
+
+Engines run in eager mode, our default without a GPU (sut.engine.CPU_DEFAULTS): torch.compile
+would cost 7-30 s per start. test_offline_options_e2e's run compiles (`enforce_eager=false`).
+
+With pytest-xdist (`make test` runs two workers), the tests of a module, and the modules that
+share a session run, go to one worker as one group (`xdist_group`), so that each run is still
+made once; groups start longest first, by the time budget each e2e module states in its
+docstring ("Time budget: N s").
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import re
+import shutil
 import subprocess
 import sys
+import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -20,11 +43,19 @@ SMOKE = REPO / "user_confs" / "smoke"
 # only as the reference the packaged model is compared with, and skip or fall back without it.
 SHARED_NLTK_DATA = REPO.parent / "shared" / "nltk_data"
 
+TINY_SAMPLES = 24  # the session's synthetic dataset
 
-@pytest.fixture(scope="session", autouse=True)
-def _environment():
+
+def pytest_configure(config):
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    yield
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")  # "gw0", "gw1", ... under xdist
+    if worker.startswith("gw"):
+        # vllm-cpu binds an engine's compute threads to core 0 of a 2-core machine (the other
+        # is left to its scheduler process): two workers' engines would both compute on core
+        # 0. Each worker's engines get a core of their own instead. A data-parallel run needs
+        # one list per rank: it passes its own (test_parallel_e2e).
+        cores = sorted(os.sched_getaffinity(0))
+        os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", str(cores[int(worker[2:]) % len(cores)]))
 
 
 @pytest.fixture(scope="session")
@@ -36,21 +67,6 @@ def nltk_root(tmp_path_factory) -> str:
     if (SHARED_NLTK_DATA / "tokenizers" / "punkt_tab" / "english").is_dir():
         return str(SHARED_NLTK_DATA)
     return str(write_punkt_tab(packaged_punkt_parameters(), tmp_path_factory.mktemp("nltk")))
-
-
-@pytest.fixture(scope="session")
-def tiny_model(tmp_path_factory) -> Path:
-    from harness.assets.synthetic import build_tiny_model
-
-    return build_tiny_model(tmp_path_factory.mktemp("assets") / "tiny-llama")
-
-
-@pytest.fixture(scope="session")
-def tiny_dataset(tiny_model, tmp_path_factory) -> Path:
-    from harness.assets.synthetic import build_synthetic_dataset
-
-    out = tmp_path_factory.mktemp("data") / "cnn_tiny.json"
-    return build_synthetic_dataset("llama3_1-8b", tiny_model, out, samples=24, seed=1)
 
 
 def cli(
@@ -65,6 +81,35 @@ def cli(
         timeout=timeout,
         env=full_env,
         cwd=str(cwd or REPO),
+    )
+
+
+def checked(proc: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+    assert proc.returncode == 0, (
+        f"rc={proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+    )
+    return proc
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory) -> Path:
+    """The random-weight tiny Llama (seeded: `make-tiny-model` writes the same one, see
+    test_evaluation_e2e)."""
+    from harness.assets.synthetic import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("assets") / "tiny-llama")
+
+
+TINY_DATASET_SEED = 1
+
+
+@pytest.fixture(scope="session")
+def tiny_dataset(tiny_model, tmp_path_factory) -> Path:
+    from harness.assets.synthetic import build_synthetic_dataset
+
+    out = tmp_path_factory.mktemp("data") / "cnn_tiny.json"
+    return build_synthetic_dataset(
+        "llama3_1-8b", tiny_model, out, samples=TINY_SAMPLES, seed=TINY_DATASET_SEED
     )
 
 
@@ -102,22 +147,192 @@ def run_args(
     ]
 
 
+@dataclass(frozen=True)
+class CliRun:
+    """A finished CLI run: its output folder and the completed process (stdout, stderr)."""
+
+    out: Path
+    proc: subprocess.CompletedProcess
+
+    @property
+    def result(self) -> dict:
+        return json.loads((self.out / "result.json").read_text())
+
+    @property
+    def accuracy_log(self) -> Path:
+        return self.out / "accuracy" / "mlperf_log_accuracy.json"
+
+    def mlflow_run_id(self) -> str:
+        m = re.search(r"MLflow: run ([0-9a-f]{32}) ", self.proc.stdout)
+        assert m, self.proc.stdout[-3000:] + self.proc.stderr[-3000:]
+        return m.group(1)
+
+
 @pytest.fixture(scope="session")
-def offline_run(tiny_model, tiny_dataset, tmp_path_factory):
-    """One real Offline run (performance + accuracy) shared by the tests that inspect it."""
-    out = tmp_path_factory.mktemp("offline-run")
-    proc = cli(
-        *run_args(
-            tiny_model,
-            tiny_dataset,
-            out,
-            SMOKE / "offline.conf",
-            # float32: the answer-per-sample check compares with a direct generation token by
-            # token, and bf16 near-ties on random weights could flip with batch composition.
-            "--engine-arg",
-            "dtype=float32",
-            mode="both",
-        )
+def mlflow_server_uri(tmp_path_factory):
+    """A real `mlflow server` on 127.0.0.1 for the whole session (one per xdist worker)."""
+    from mlflow_server import mlflow_server
+
+    with mlflow_server(tmp_path_factory.mktemp("mlflow-server")) as uri:
+        yield uri
+
+
+OFFLINE_SMOKE_EXPERIMENT = "tracking-e2e"
+
+
+@pytest.fixture(scope="session")
+def offline_smoke_run(tiny_model, tiny_dataset, mlflow_server_uri, tmp_path_factory) -> CliRun:
+    """One real Offline run (performance + accuracy, evaluated) on the smoke conf, logged to
+    the session's MLflow server under the experiment `tracking-e2e`."""
+    out = tmp_path_factory.mktemp("offline-smoke") / "out"
+    # No NLTK_DATA: the run scores with the packaged punkt model, as on a user's machine.
+    env = {k: v for k, v in os.environ.items() if k != "NLTK_DATA"}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness.cli",
+            *run_args(
+                tiny_model,
+                tiny_dataset,
+                out,
+                SMOKE / "offline.conf",
+                # float32: the answer-per-sample check compares with a direct generation token
+                # by token, and bf16 near-ties on random weights could flip with the batch.
+                "--engine-arg",
+                "dtype=float32",
+                "--mlflow-uri",
+                mlflow_server_uri,
+                "--experiment",
+                OFFLINE_SMOKE_EXPERIMENT,
+                mode="both",
+                mlflow=True,
+            ),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=env,
+        cwd=str(REPO),
     )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    return out, proc
+    checked(proc)
+    return CliRun(out, proc)
+
+
+SERVER_MAX_TOKENS = "32"  # the tiny model rarely emits EOS: cap outputs so runs stay short
+
+# After main() returns, list what is still alive in the process: our threads, child processes.
+LEFTOVER_PROBE = """
+import json, sys, threading
+import psutil
+from harness.cli import main
+rc = main(sys.argv[1:])
+threads = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
+kids = [" ".join(p.cmdline()) for p in psutil.Process().children(recursive=True)
+        if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+print("LEFTOVER " + json.dumps({"threads": threads, "children": kids}), flush=True)
+sys.exit(rc)
+"""
+
+
+@dataclass(frozen=True)
+class ProbedRun(CliRun):
+    """A run made under LEFTOVER_PROBE with a temp folder of its own."""
+
+    temp_entries: tuple[str, ...] = ()  # socket files and IPC folders left in that temp folder
+
+    def leftover(self) -> dict:
+        line = next(x for x in self.proc.stdout.splitlines() if x.startswith("LEFTOVER "))
+        return json.loads(line[len("LEFTOVER ") :])
+
+
+def temp_sockets(root: Path) -> set[str]:
+    """Socket files and our IPC folders in a temp folder (where vLLM puts its ZMQ sockets)."""
+    found = set()
+    for entry in root.iterdir():
+        with contextlib.suppress(OSError):
+            if entry.is_socket() or entry.name.startswith("mlperf-vllm-ipc-"):
+                found.add(entry.name)
+    return found
+
+
+@pytest.fixture(scope="session")
+def server_smoke_run(tiny_model, tiny_dataset, tmp_path_factory) -> ProbedRun:
+    """One real Server run (performance + accuracy) on the smoke conf, 32-token outputs, in a
+    process that reports what is left of it after `main()` returns. Its TMPDIR is a folder of
+    its own, so what it leaves there is its own even while other tests run beside it."""
+    out = tmp_path_factory.mktemp("server-smoke") / "out"
+    # A short path: vLLM's IPC socket paths inside it must stay under 108 characters.
+    tmp = Path(tempfile.mkdtemp(prefix="mlperf-test-"))
+    args = run_args(
+        tiny_model,
+        tiny_dataset,
+        out,
+        SMOKE / "server.conf",
+        "--max-tokens",
+        SERVER_MAX_TOKENS,
+        scenario="Server",
+        mode="both",
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", LEFTOVER_PROBE, *args],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=str(REPO),
+        env={**os.environ, "TMPDIR": str(tmp)},
+    )
+    left = tuple(sorted(temp_sockets(tmp)))
+    shutil.rmtree(tmp, ignore_errors=True)
+    checked(proc)
+    return ProbedRun(out, proc, left)
+
+
+# --- pytest-xdist: groups and order ---------------------------------------------------------
+
+# Session runs shared across modules: the modules that use one run share one xdist worker.
+SHARED_RUNS = ("offline_smoke_run", "server_smoke_run")
+BUDGET = re.compile(r"[Tt]ime budget: (\d+) s")
+
+
+def module_budget_s(module) -> int:
+    """The time budget an e2e module states in its docstring (0 when none)."""
+    m = BUDGET.search(module.__doc__ or "")
+    return int(m.group(1)) if m else 0
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Group every engine-starting module (and the modules sharing a session run) into one
+    xdist group, and run the groups longest first, then the unit tests. Without xdist the
+    marks are inert and only the order changes."""
+    parent: dict[str, str] = {}
+
+    def find(x: str) -> str:
+        while parent.setdefault(x, x) != x:
+            x = parent[x]
+        return x
+
+    e2e = [i for i in items if i.get_closest_marker("e2e") or i.get_closest_marker("mlflow")]
+    for item in e2e:
+        for run in SHARED_RUNS:
+            if run in item.fixturenames:
+                parent[find(item.module.__name__)] = find(run)
+    budget: dict[str, int] = {}
+    modules = {item.module.__name__: item.module for item in e2e}
+    for name, module in modules.items():
+        group = find(name)
+        budget[group] = budget.get(group, 0) + module_budget_s(module)
+    group_of = {}
+    for item in e2e:
+        group_of[id(item)] = group = find(item.module.__name__)
+        item.add_marker(pytest.mark.xdist_group(group))
+    position = {id(item): n for n, item in enumerate(items)}
+
+    def order(item) -> tuple:
+        group = group_of.get(id(item))
+        if group is None:
+            return (1, 0, "", position[id(item)])
+        return (0, -budget[group], group, position[id(item)])
+
+    items.sort(key=order)

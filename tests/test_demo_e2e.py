@@ -1,6 +1,9 @@
 """`mlperf-vllm demo --tiny` end to end: tiny model, synthetic data, Offline performance +
 accuracy, evaluation, and an MLflow run in the working folder's SQLite store. (The default real
-small model goes through the same run path; tests/test_small_model_e2e.py covers its behaviour.)"""
+small model goes through the same run path; tests/test_small_model_e2e.py covers its behaviour.)
+
+Time budget: 75 s: one engine start.
+"""
 
 from __future__ import annotations
 
@@ -34,6 +37,9 @@ def test_demo_runs_end_to_end_and_logs_to_the_embedded_store(tmp_path):
     assert result["performance"]["validity"] == "VALID"
     assert result["accuracy"]["verdict"] in ("PASS", "FAIL")  # scored, whatever the score
     assert "rougeL" in result["accuracy"]["metrics"]
+    # the CPU default reached the engine: eager mode, no torch.compile at start
+    resolved = result["engine_resolved_args"]
+    assert resolved["enforce_eager"] is True and resolved["compilation_config"]["mode"] == 0
     assert (tmp_path / "mlflow.db").exists()
     assert "demo finished in" in proc.stdout
 

@@ -60,6 +60,12 @@ def test_defaults_turn_prefix_caching_off_and_user_can_override():
     cpu = make_engine_config("m", {}, gpu=False)
     assert cpu.kwargs["enable_prefix_caching"] is False
     assert cpu.kwargs["dtype"] == "bfloat16" and not cpu.prefix_caching
+    # no torch.compile at every start on a CPU (sut.engine.CPU_DEFAULTS), unless asked
+    assert cpu.kwargs["enforce_eager"] is True
+    assert (
+        make_engine_config("m", {"enforce_eager": False}, gpu=False).kwargs["enforce_eager"]
+        is False
+    )
     gpu = make_engine_config("m", {"max_num_seqs": 512}, gpu=True)
     assert "dtype" not in gpu.kwargs and gpu.kwargs["max_num_seqs"] == 512
     on = make_engine_config("m", {"enable_prefix_caching": True}, gpu=True)

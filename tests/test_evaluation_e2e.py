@@ -1,8 +1,12 @@
-"""A real tiny-model accuracy run, scored by evaluate() and by `mlperf-vllm evaluate`.
+"""A real tiny-model accuracy log, scored by evaluate() and by `mlperf-vllm evaluate`.
 
-The run goes through the CLI in its own processes (LoadGen reads mlperf.conf once per
-process); the accuracy log it writes is scored here and compared with the reference recipe
-computed directly with rouge-score and NLTK.
+The log is the session's `offline_smoke_run` (conftest: the CLI in its own process, 24 samples,
+scored by the run itself with the packaged punkt model); it is scored here and compared with the
+reference recipe computed directly with rouge-score and NLTK. `make-tiny-model` and
+`make-dataset` write the very model and dataset that run used.
+
+Time budget: 45 s: no engine of its own (the shared run is counted in test_tracking_mlflow's
+budget), three `evaluate` commands, `make-tiny-model` and `make-dataset`.
 """
 
 from __future__ import annotations
@@ -57,11 +61,27 @@ def checked(result: subprocess.CompletedProcess[str]) -> subprocess.CompletedPro
 
 
 @pytest.fixture(scope="module")
-def accuracy_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("eval_e2e")
-    model, dataset, output = root / "model", root / "cnn.json", root / "run"
-    checked(harness_cli("make-tiny-model", str(model)))
-    checked(
+def accuracy_run(offline_smoke_run, tiny_model, tiny_dataset) -> dict[str, Path]:
+    log = offline_smoke_run.accuracy_log
+    assert log.is_file(), f"no mlperf_log_accuracy.json under {offline_smoke_run.out}"
+    return {
+        "model": tiny_model,
+        "dataset": tiny_dataset,
+        "log": log,
+        "root": offline_smoke_run.out,
+    }
+
+
+def test_cli_writes_the_sessions_tiny_model_and_dataset(tiny_model, tiny_dataset, tmp_path):
+    """`mlperf-vllm make-tiny-model` / `make-dataset` (seeded) write the same files as the
+    session's fixtures, which build them in process."""
+    from safetensors.torch import load_file
+
+    from tests.conftest import TINY_DATASET_SEED, TINY_SAMPLES
+
+    model, dataset = tmp_path / "model", tmp_path / "cnn.json"
+    assert "tiny model written to" in checked(harness_cli("make-tiny-model", str(model))).stdout
+    made = checked(
         harness_cli(
             "make-dataset",
             "--benchmark",
@@ -71,32 +91,21 @@ def accuracy_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             "--out",
             str(dataset),
             "--samples",
-            str(SAMPLES),
+            str(TINY_SAMPLES),
+            "--seed",
+            str(TINY_DATASET_SEED),
         )
     )
-    checked(
-        harness_cli(
-            "run",
-            "--benchmark",
-            "llama3_1-8b",
-            "--scenario",
-            "Offline",
-            "--mode",
-            "accuracy",
-            "--model",
-            str(model),
-            "--dataset",
-            str(dataset),
-            "--output",
-            str(output),
-            "--user-conf",
-            "user_confs/smoke/llama3_1-8b_offline.conf",
-            "--no-mlflow",
-        )
+    assert f"{TINY_SAMPLES} samples written to" in made.stdout
+    for name in ("config.json", "generation_config.json", "tokenizer.json"):
+        assert (model / name).read_text() == (tiny_model / name).read_text(), name
+    ours, theirs = (
+        load_file(model / "model.safetensors"),
+        load_file(tiny_model / "model.safetensors"),
     )
-    logs = sorted(output.rglob("mlperf_log_accuracy.json"))
-    assert logs, f"no mlperf_log_accuracy.json under {output}"
-    return {"model": model, "dataset": dataset, "log": logs[0], "root": root}
+    assert ours.keys() == theirs.keys()
+    assert all(ours[k].equal(theirs[k]) for k in ours)
+    assert json.loads(dataset.read_text()) == json.loads(tiny_dataset.read_text())
 
 
 def reference_recipe(

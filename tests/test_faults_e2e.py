@@ -12,6 +12,9 @@ process tree; tests/test_server_e2e.py covers Ctrl-C and an engine killed mid-Se
   sweep and to a calibrate: the whole process tree is gone within seconds and each result
   says interrupted. Sweep and calibrate are stopped while their child's engine starts (what
   matters there is the process group; a run stopped mid-test is the --no-mlflow case).
+
+Time budget: 270 s: six runs, each ended by its fault within seconds (the sweep
+and calibrate ones while their engine starts).
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from tests.procs import (
 
 pytestmark = pytest.mark.e2e
 
-FAST = ("--max-tokens", "16", "--engine-arg", "enforce_eager=true")
+FAST = ("--max-tokens", "16")
 STALL_S = 10
 
 
@@ -50,8 +53,9 @@ def _end(proc, t0: float) -> tuple[str, str, float]:
 
 
 def _mid_test(proc, out: Path, settle_s: float) -> tuple[list, list]:
-    """Wait until LoadGen issues and `settle_s` more (samples in flight, some finished);
-    (the run's process tree, its engine core processes)."""
+    """Wait until LoadGen issues and `settle_s` more (samples in flight: no file shows them,
+    and the Offline query is issued whole, the Server one at 10 QPS); (the run's process
+    tree, its engine core processes)."""
     wait_for(lambda: loadgen_issuing(out), 600, "LoadGen start", [proc])
     time.sleep(settle_s)
     tree = family(proc.pid)
@@ -78,7 +82,7 @@ def test_engine_killed_mid_offline_answers_every_sample_once(
     out = tmp_path / "run"
     proc = start_cli(*run_args(tiny_model, tiny_dataset, out, long_offline, *FAST))
     try:
-        tree, engine = _mid_test(proc, out, 3)
+        tree, engine = _mid_test(proc, out, 1)
         t0 = time.monotonic()
         engine[0].kill()
         stdout, stderr, took = _end(proc, t0)
@@ -118,7 +122,7 @@ def test_stopped_engine_trips_the_stall_watchdog(tiny_model, tiny_dataset, tmp_p
     )
     proc = start_cli(*args)
     try:
-        tree, engine = _mid_test(proc, out, 3)
+        tree, engine = _mid_test(proc, out, 1)
         t0 = time.monotonic()
         engine[0].suspend()  # SIGSTOP: alive, silent, like a hung collective
         stdout, stderr, took = _end(proc, t0)
@@ -142,7 +146,7 @@ def test_sigterm_ends_a_no_mlflow_run(tiny_model, tiny_dataset, long_offline, tm
     out = tmp_path / "run"
     proc = start_cli(*run_args(tiny_model, tiny_dataset, out, long_offline, *FAST))
     try:
-        tree, _ = _mid_test(proc, out, 2)
+        tree, _ = _mid_test(proc, out, 1)
         t0 = time.monotonic()
         proc.send_signal(signal.SIGTERM)  # to the main process only, as a scheduler may
         stdout, stderr, took = _end(proc, t0)
@@ -170,7 +174,7 @@ def test_sigkill_of_the_main_process_leaves_no_engine_running(
     out = tmp_path / "run"
     proc = start_cli(*run_args(tiny_model, tiny_dataset, out, long_offline, *FAST))
     try:
-        tree, _ = _mid_test(proc, out, 2)
+        tree, _ = _mid_test(proc, out, 1)
         t0 = time.monotonic()
         proc.kill()  # the main process only; the engine is in its process group, left alone
         # the pipes close once every process that shares them (engine, guard) is gone

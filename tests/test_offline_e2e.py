@@ -1,4 +1,10 @@
-"""The Offline SUT end to end: real LoadGen, real vLLM (CPU build), tiny model."""
+"""The Offline SUT end to end: real LoadGen, real vLLM (CPU build), tiny model.
+
+Reads the session's `offline_smoke_run` (conftest; shared with test_tracking_mlflow and
+test_evaluation_e2e) and starts one engine of its own, in this process, for the direct
+generation the payloads are compared with. Time budget: 60 s (the shared run counted in
+test_tracking_mlflow's budget).
+"""
 
 from __future__ import annotations
 
@@ -17,8 +23,8 @@ def accuracy_entries(out: Path) -> list[dict]:
     return json.loads((out / "accuracy" / "mlperf_log_accuracy.json").read_text())
 
 
-def test_run_is_valid_and_result_json_is_complete(offline_run):
-    out, proc = offline_run
+def test_run_is_valid_and_result_json_is_complete(offline_smoke_run):
+    out, proc = offline_smoke_run.out, offline_smoke_run.proc
     summary = (out / "performance" / "mlperf_log_summary.txt").read_text()
     assert "Result is : VALID" in summary
     result = json.loads((out / "result.json").read_text())
@@ -41,8 +47,8 @@ def test_run_is_valid_and_result_json_is_complete(offline_run):
     assert not (out / "audit.config").exists()
 
 
-def test_every_sample_answered_once_with_matching_token_count(offline_run, tiny_dataset):
-    out, _ = offline_run
+def test_every_sample_answered_once_with_matching_token_count(offline_smoke_run, tiny_dataset):
+    out = offline_smoke_run.out
     n = len(json.loads(Path(tiny_dataset).read_text()))
     entries = accuracy_entries(out)
     assert sorted(e["qsl_idx"] for e in entries) == list(range(n))  # each exactly once
@@ -56,14 +62,14 @@ def test_every_sample_answered_once_with_matching_token_count(offline_run, tiny_
     assert stats["issued"] == stats["completed"]
 
 
-def test_each_answer_belongs_to_its_own_sample(offline_run, tiny_model, tiny_dataset):
+def test_each_answer_belongs_to_its_own_sample(offline_smoke_run, tiny_model, tiny_dataset):
     """Payload of every qsl_idx == a direct generation of that sample's prompt."""
     from vllm.inputs import TokensPrompt
 
     from harness.benchmarks import get_benchmark
     from sut.engine import create_llm, make_engine_config, make_sampling_params, shutdown_llm
 
-    out, _ = offline_run
+    out = offline_smoke_run.out
     rows = json.loads(Path(tiny_dataset).read_text())
     s = get_benchmark("llama3_1-8b").sampling
     llm = create_llm(

@@ -1,6 +1,10 @@
 """Offline SUT options on the tiny model, in one real run: samples go to the engine longest
 prompt first, an untimed warm-up runs before the LoadGen test, and the result carries dollars
-per million output tokens at the given price."""
+per million output tokens at the given price. The one run of the suite that compiles the model
+(`enforce_eager=false`, against the CPU default): the compiled engine path stays exercised.
+
+Time budget: 90 s: one engine start with torch.compile.
+"""
 
 from __future__ import annotations
 
@@ -53,6 +57,8 @@ def test_longest_first_warm_up_and_cost(tiny_model, tiny_dataset, tmp_path):
             "max_num_seqs=1",
             "--max-tokens",
             "4",
+            "--engine-arg",
+            "enforce_eager=false",
             mode="both",
         )
     )
@@ -61,6 +67,8 @@ def test_longest_first_warm_up_and_cost(tiny_model, tiny_dataset, tmp_path):
     assert result["sut_options"] == {"offline_order": "longest-first", "warmup_samples": 3}
     assert result["warmup"]["finished"] == 3 and result["warmup"]["samples"] == 3
     assert "warm-up: 3 of 3 samples" in proc.stdout
+    resolved = result["engine_resolved_args"]
+    assert resolved["enforce_eager"] is False and resolved["compilation_config"]["mode"] > 0
 
     entries = json.loads((out / "accuracy" / "mlperf_log_accuracy.json").read_text())
     prompts = json.loads(tiny_dataset.read_text())

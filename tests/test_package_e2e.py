@@ -1,6 +1,7 @@
 """Calibrate -> Offline run -> TEST06 -> package -> check, and the same for a Server run, on
 the tiny model: five engine starts in all (calibrate's measurement, the Offline run, its TEST06
-run, the Server run, its TEST06 run), shared by every assertion through module fixtures. The
+run, the Server run, its TEST06 run), shared by every assertion through module fixtures; the
+Server run is the session's `server_smoke_run` (conftest), shared with test_server_e2e. The
 other trees (edge, 70B, 405B, every round's folders) are packaged from copies of these runs
 whose result.json names another benchmark or scenario: no further engine start.
 
@@ -8,6 +9,9 @@ A tiny-model run can never be a compliant result (3 s instead of 600 s, 24 sampl
 weights), so the checks split in two: the "structure" rules (files, fields, layout, round,
 seeds, TEST06) must pass on a complete packaged tree and fail, by name, on each divergence
 from what the official checker accepts; the "result" rules must fail, each for its own reason.
+
+Time budget: 300 s: four engine starts of its own (the Server run is counted in
+test_server_e2e's budget) and about 25 package / check commands without an engine.
 """
 
 from __future__ import annotations
@@ -116,9 +120,9 @@ def offline(tiny_model, tiny_dataset, calibrated, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def server(tiny_model, tiny_dataset, tmp_path_factory):
-    run = tmp_path_factory.mktemp("server-run")
-    _run(tiny_model, tiny_dataset, run, "Server", SMOKE / "server.conf", "both")
+def server(server_smoke_run, tiny_model, tiny_dataset, tmp_path_factory):
+    # `--max-tokens 32`, as every run here (conftest.SERVER_MAX_TOKENS)
+    run = server_smoke_run.out
     t06 = _test06(
         tiny_model,
         tiny_dataset,

@@ -1,6 +1,9 @@
 """vLLM's own data parallelism behind one LoadGen SUT, on the CPU build: an Offline run with
 --data-parallel-size 2 goes through AsyncLLM (vllm.LLM refuses DP in one process), answers every
-sample from final outputs only and records the parallel sizes it ran with."""
+sample from final outputs only and records the parallel sizes it ran with.
+
+Time budget: 120 s: one run, two engines (data parallel ranks) started side by side.
+"""
 
 from __future__ import annotations
 
@@ -28,7 +31,10 @@ def test_offline_data_parallel_2_is_valid_and_recorded(tiny_model, tiny_dataset,
             "--max-tokens",
             "64",
             mode="both",
-        )
+        ),
+        # vLLM's own core binding, one list per rank (conftest binds an xdist worker's engines
+        # to one core, which a second rank cannot share)
+        env={"VLLM_CPU_OMP_THREADS_BIND": "auto"},
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     result = json.loads((out / "result.json").read_text())

@@ -3,6 +3,8 @@
 One `run --mode both` in its own process: the performance run is VALID under the smoke conf,
 LoadGen issues one query at a time (so the engine never holds more than one), every query gets
 its first token before completion, and the accuracy run answers every dataset sample once.
+
+Time budget: 75 s: one engine start, ~15 s of SingleStream queries.
 """
 
 from __future__ import annotations

@@ -6,6 +6,8 @@ issued sample answered exactly once and the SUT's `error` naming the fault.
 - an exception in an engine step (Offline),
 - an exception inside completion reporting (both) and first-token reporting (streaming),
 - a step / stream that never returns: the stall watchdog fails the test.
+
+Time budget: 30 s: eight LoadGen tests, no engine start.
 """
 
 from __future__ import annotations

@@ -1,6 +1,12 @@
-"""MLflow against a real `mlflow server` on 127.0.0.1: a tiny-model Offline run (performance +
-accuracy) read back with MlflowClient, `log-run` re-logging (to the server and to the embedded
-SQLite default), `evaluate`, and a run that fails in engine construction."""
+"""MLflow against a real `mlflow server` on 127.0.0.1: the session's tiny-model Offline run
+(`offline_smoke_run`, performance + accuracy, logged to the session's server) read back with
+MlflowClient, `log-run` re-logging (to the server and to the embedded SQLite default),
+`evaluate`, and a run that fails in engine construction.
+
+Time budget: 150 s: the shared Offline run (one engine start, ~60 s), the MLflow server, three
+CLI commands without an engine, and the failing run (vLLM rejects its arguments before any
+engine process starts).
+"""
 
 from __future__ import annotations
 
@@ -10,7 +16,6 @@ from pathlib import Path
 
 import pytest
 from conftest import SMOKE, cli, run_args
-from mlflow_server import mlflow_server
 
 from harness.datasets import file_sha256
 
@@ -20,9 +25,8 @@ RUN_ID = re.compile(r"MLflow: run ([0-9a-f]{32}) ")
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    with mlflow_server(tmp_path_factory.mktemp("mlflow-server")) as uri:
-        yield uri
+def server(mlflow_server_uri):
+    return mlflow_server_uri
 
 
 @pytest.fixture(scope="module")
@@ -39,24 +43,8 @@ def _run_id(proc) -> str:
 
 
 @pytest.fixture(scope="module")
-def logged_run(server, tiny_model, tiny_dataset, tmp_path_factory):
-    out = tmp_path_factory.mktemp("tracked") / "out"
-    proc = cli(
-        *run_args(
-            tiny_model,
-            tiny_dataset,
-            out,
-            SMOKE / "offline.conf",
-            "--mlflow-uri",
-            server,
-            "--experiment",
-            "tracking-e2e",
-            mode="both",
-            mlflow=True,
-        )
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    return out, _run_id(proc)
+def logged_run(offline_smoke_run):
+    return offline_smoke_run.out, offline_smoke_run.mlflow_run_id()
 
 
 def _artifacts(client, run_id: str, path: str | None = None) -> set[str]:
