@@ -12,9 +12,11 @@ that used to be overwritten without a word, (3) an interrupt that used to lose w
 there, (4) state that used to be left half-written, (5) user.conf lines LoadGen ignores
 silently, (6) an Offline SUT deaf to an interrupt while it adds a huge query.
 
-Engine starts: the refusals share the session's finished run (`offline_run`, also used by
-other modules) and never start one; the interrupts start two (one stopped while the engine
+Engine starts: the refusals share the session's finished run (`offline_smoke_run`, also used
+by other modules) and never start one; the interrupts start two (one stopped while the engine
 starts, one while the SUT adds a 400k-sample query).
+
+Time budget: 150 s: two engine starts, 19 refusals in seconds each.
 """
 
 from __future__ import annotations
@@ -87,8 +89,8 @@ class Workspace:
 
 
 @pytest.fixture
-def ws(tiny_model, tiny_dataset, offline_run, tmp_path) -> Workspace:
-    return Workspace(tmp_path, tiny_model, tiny_dataset, offline_run[0])
+def ws(tiny_model, tiny_dataset, offline_smoke_run, tmp_path) -> Workspace:
+    return Workspace(tmp_path, tiny_model, tiny_dataset, offline_smoke_run.out)
 
 
 def _package_args(run: Path, root: Path) -> list[str]:
