@@ -199,8 +199,9 @@ def test_evaluate_is_logged(logged_run, server, client, tiny_model, tiny_dataset
 def test_a_failing_run_ends_failed_with_partial_artifacts(
     server, client, tiny_model, tiny_dataset, tmp_path
 ):
-    # A real fault: vLLM rejects this value when it builds the engine config, after the
-    # harness has validated inputs and written result.json.
+    # A real fault after the harness validated its inputs, opened the MLflow run and wrote
+    # result.json: the engine does not start within the time allowed. (Values vLLM rejects
+    # are refused before any of that now, exit 2, like other bad input.)
     out = tmp_path / "out"
     proc = cli(
         *run_args(
@@ -209,7 +210,9 @@ def test_a_failing_run_ends_failed_with_partial_artifacts(
             out,
             SMOKE / "offline.conf",
             "--engine-arg",
-            "gpu_memory_utilization=1.5",
+            "max_num_seqs=3",
+            "--engine-start-timeout",
+            "1",
             "--mlflow-uri",
             server,
             "--experiment",
@@ -221,8 +224,8 @@ def test_a_failing_run_ends_failed_with_partial_artifacts(
     assert proc.returncode not in (0, 2), proc.stdout[-2000:] + proc.stderr[-3000:]
     run = client.get_run(_run_id(proc))
     assert run.info.status == "FAILED"
-    assert "gpu_memory_utilization" in run.data.tags["error"]
-    assert run.data.params["engine.gpu_memory_utilization"] == "1.5"
+    assert "did not start within 1 s" in run.data.tags["error"], run.data.tags["error"]
+    assert run.data.params["engine.max_num_seqs"] == "3"
     assert run.data.params["dataset_sha256"] == file_sha256(tiny_dataset)
     names = _artifacts(client, run.info.run_id)
     assert {"result.json", "environment.json", "inputs/user.conf"} <= names
