@@ -20,6 +20,7 @@ a compact per-second series (timeline.json) and a chart (timeline.png) beside re
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 from collections.abc import Sequence
@@ -75,8 +76,6 @@ class SustainedVerdict:
 
 
 def _backlog_at(issues: Sequence[float], dones: Sequence[float], t: float) -> int:
-    import bisect
-
     return bisect.bisect_right(issues, t) - bisect.bisect_right(dones, t)
 
 
@@ -128,8 +127,8 @@ def judge_sustained(
     start = t0 + min(max(2 * median, 0.1 * span), 0.5 * span)
     end = last_issue
     window = end - start
-    issued_w = _backlog_count(issues, start, end)
-    completed_w = _backlog_count(dones, start, end)
+    issued_w = _count_between(issues, start, end)
+    completed_w = _count_between(dones, start, end)
     # Backlog at evenly spaced times in the window (200 points at most).
     n_points = max(2, min(200, int(window * 4) + 2))
     xs = [start + window * i / (n_points - 1) for i in range(n_points)]
@@ -180,9 +179,7 @@ def judge_sustained(
     return SustainedVerdict(kept_up=not problems, reason=reason, **common)  # type: ignore[arg-type]
 
 
-def _backlog_count(times: Sequence[float], start: float, end: float) -> int:
-    import bisect
-
+def _count_between(times: Sequence[float], start: float, end: float) -> int:
     return bisect.bisect_right(times, end) - bisect.bisect_right(times, start)
 
 
@@ -213,8 +210,6 @@ def series(samples: Sequence[Sample], gauges: Sequence[Gauge], step_s: float | N
             tpot[min(n - 1, int((done - t0) / step_s))].append((done - first) * 1e3 / (tokens - 1))
     gauge_times = [g[0] for g in gauges]
     rows = []
-    import bisect
-
     for i in range(n):
         t = t0 + (i + 1) * step_s
         g = bisect.bisect_right(gauge_times, t) - 1

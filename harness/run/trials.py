@@ -29,6 +29,7 @@ from harness.run.runner import (
     PreparedRun,
     add_latency_fields,
     build_sut,
+    loadgen_still_running,
     run_loadgen_test,
 )
 from harness.run.settings import audit_path_for, build_log_settings
@@ -213,6 +214,11 @@ class TrialEngine:
         return result
 
     def close(self) -> None:
+        if loadgen_still_running():
+            # Interrupted mid-trial: LoadGen's thread still calls the SUT and QSL, so leave
+            # those allocated (the process exits right after), as the runner does.
+            self.sut.handle = None
+            self.qsl.handle = None
         try:
             self.sut.stop()
         finally:
