@@ -86,6 +86,13 @@ def test_server_calibration_holds_for_a_run_several_times_longer(
     assert perf["ttft_p99_ms"] <= 2000 and perf["tpot_p99_ms"] <= 100
     assert perf["sustained"]["kept_up"] is True, perf["sustained"]
     assert perf["duration_s"] >= CONFIRM_S and perf["duration_s"] >= 3 * TRIAL_S
+    # A target that issues too few queries in min_duration for LoadGen's early stopping to
+    # certify the p99 gets a min_query_count that does (an INVALID run otherwise, however fast).
+    if target * CONFIRM_S < 662:
+        assert "llama3_1-8b.Server.min_query_count = 662" in text
+        assert perf["sample_count"] >= 662, perf
+    else:
+        assert "min_query_count" not in text
     assert f"Server.target_qps = {target:g}" in (out / "user.conf").read_text()
     assert re.search(rf"# confirm \d: {target:g} QPS for \d+ s -> VALID", text)
     assert "# confirmed:" in text and text.startswith("# NOT COMPLIANT")

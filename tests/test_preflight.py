@@ -146,6 +146,28 @@ def test_server_latency_limits_and_default_qps():
     assert not advice[0].fatal  # valid, only slow: advice, never a refusal
 
 
+def test_server_too_few_queries_for_early_stopping():
+    """A slow system's 600 s Server run (a 405B at 0.7 QPS) issues 420 queries: LoadGen cannot
+    certify a p99 from so few (459 with none over the limit), so the run is INVALID however
+    fast the engine; min_query_count 662 fixes it, and so does a target that issues enough."""
+    slow = EffectiveSettings(
+        scenario="Server",
+        min_duration_ms=600_000,
+        min_query_count=100,
+        performance_sample_count=13368,
+        seeds=dict(SEEDS),
+        server_target_qps=0.7,
+        ttft_latency_ms=2000.0,
+        tpot_latency_ms=100.0,
+    )
+    found = check(slow, BENCH, "Server", facts())
+    assert rules(found) == {"early_stopping"} and found[0].fatal
+    line = refusal_line(found)
+    assert "about 420 queries" in line and "459" in line and "min_query_count = 662" in line
+    assert check(replace(slow, min_query_count=662), BENCH, "Server", facts()) == []
+    assert check(replace(slow, server_target_qps=0.77), BENCH, "Server", facts()) == []
+
+
 def test_several_problems_one_line_and_warning_line():
     eff = replace(
         compliant_offline(),
@@ -192,7 +214,8 @@ def _effective(conf: Path, model: str, scenario: str) -> EffectiveSettings:
 
 def test_effective_values_come_from_loadgen(tmp_path):
     """The reference's own user.conf for 8B: Offline passes nothing but the uncalibrated QPS,
-    Server is refused for its 120 s min_duration."""
+    Server is refused for its 120 s min_duration and for the 60 queries that 0.5 QPS issues in
+    it (too few for LoadGen's early stopping)."""
     ref = tmp_path / "reference_user.conf"
     ref.write_text(
         "*.Offline.min_duration = 600000\n"
@@ -205,7 +228,7 @@ def test_effective_values_come_from_loadgen(tmp_path):
     assert rules(check(off, BENCH, "Offline", f)) == {"offline_expected_qps"}
     srv = _effective(ref, "llama3_1-8b", "Server")
     assert srv.ttft_latency_ms == 2000.0 and srv.server_target_qps == 0.5
-    assert rules(check(srv, BENCH, "Server", f)) == {"min_duration"}
+    assert rules(check(srv, BENCH, "Server", f)) == {"min_duration", "early_stopping"}
 
     # LoadGen reads the seeds from mlperf.conf only: a user.conf seed line is ignored, so the
     # seeds rule guards settings changed in code (pure tests above), not user.confs.

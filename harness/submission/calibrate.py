@@ -16,6 +16,7 @@ search shares one engine among all its trials.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Sequence
@@ -26,6 +27,8 @@ from typing import Any
 from harness import files
 from harness.benchmarks import Benchmark, resolve
 from harness.errors import UsageError
+from harness.run.timeline import EARLY_STOPPING_MIN_QUERIES
+from harness.run.user_conf import parse_lines
 from harness.submission.calibrate_server import run_once
 
 OFFLINE_SLACK = 1.1
@@ -182,6 +185,29 @@ def _calibrate_offline(
     return lines + _demo_lines(bench, lg_model, "Offline", req, size)
 
 
+def _early_stopping_lines(
+    lg_model: str, target: float, min_duration_s: float, base: str
+) -> list[str]:
+    """A Server min_query_count line when target x min_duration issues too few queries for
+    LoadGen's early stopping to certify the p99 (such a run is INVALID however fast the engine):
+    enough queries for one of them to be over a limit. Empty when the duration suffices."""
+    need = EARLY_STOPPING_MIN_QUERIES
+    issued = target * min_duration_s
+    if issued >= need:
+        return []
+    for line in parse_lines(base):
+        if line.key in (f"{lg_model}.Server.min_query_count", "*.Server.min_query_count"):
+            with contextlib.suppress(TypeError, ValueError):
+                need = max(need, int(float(line.value)))  # type: ignore[arg-type]
+    return [
+        f"# min_query_count {need}: LoadGen's early stopping certifies a p99 only from "
+        f"{EARLY_STOPPING_MIN_QUERIES} queries (one of them over a limit); {target:g} QPS x "
+        f"{min_duration_s:g} s issues about {issued:.0f}, so the run lasts about "
+        f"{need / target:.0f} s",
+        f"{lg_model}.Server.min_query_count = {need}",
+    ]
+
+
 def _calibrate_server(req: CalibrateRequest, bench: Benchmark, lg_model: str, size: int) -> Path:
     from harness.submission.calibrate_server import calibrate_server, confirm_target
 
@@ -191,7 +217,6 @@ def _calibrate_server(req: CalibrateRequest, bench: Benchmark, lg_model: str, si
         raise UsageError("--confirm-runs must be at least 1")
     search, qps = calibrate_server(req, bench, lg_model)
     base = req.user_conf.read_text() if req.user_conf else ""
-    text = conf_key_lines(base, ["target_qps", "min_duration"]) if base else ""
     demo = _demo_lines(bench, lg_model, "Server", req, size)
     conf = req.output / "user.conf"
 
@@ -200,7 +225,10 @@ def _calibrate_server(req: CalibrateRequest, bench: Benchmark, lg_model: str, si
             banner += (
                 "# NOT COMPLIANT (demo calibration): see the NOT COMPLIANT lines at the end.\n"
             )
-        body = [*search, *evidence, f"{lg_model}.Server.target_qps = {target:g}", *demo]
+        count = _early_stopping_lines(lg_model, target, req.min_duration_s, base)
+        keys = ["target_qps", "min_duration"] + (["min_query_count"] if count else [])
+        text = conf_key_lines(base, keys) if base else ""
+        body = [*search, *evidence, f"{lg_model}.Server.target_qps = {target:g}", *count, *demo]
         tmp = conf.with_name(conf.name + ".tmp")
         tmp.write_text(banner + text + "\n".join(body) + "\n")
         tmp.replace(conf)

@@ -29,6 +29,7 @@ from typing import Any
 from harness.benchmarks import Benchmark
 from harness.run.logs import ns_to_ms
 from harness.run.result import PreflightVerdict
+from harness.run.timeline import EARLY_STOPPING_MIN_QUERIES, early_stopping_min_queries
 from harness.submission.rounds import Round, choose_round, get_round, round_of_seeds
 
 SUBMISSION_MIN_DURATION_MS = 600_000
@@ -36,6 +37,7 @@ OFFLINE_SLACK = 1.1  # LoadGen sizes the Offline query as max(min_query_count, 1
 LOADGEN_DEFAULT_QPS = 1.0  # LoadGen's built-in target_qps when no user.conf sets one
 SEED_KEYS = ("qsl_rng_seed", "sample_index_rng_seed", "schedule_rng_seed")
 AUDIT_FILE = "audit.config"
+EARLY_STOPPING_NONE_OVER = early_stopping_min_queries(0)  # 459 for a p99
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,11 @@ class EffectiveSettings:
     tpot_latency_ms: float | None = None
     use_token_latencies: bool = True
     sample_concatenate_permutation: bool = True
+
+    @property
+    def server_queries(self) -> int:
+        """About what a Server test issues: target x min_duration, at least min_query_count."""
+        return max(self.min_query_count, int(self.server_target_qps * self.min_duration_ms / 1000))
 
     @property
     def offline_samples_per_query(self) -> int:
@@ -179,15 +186,31 @@ def check(
                     "run `mlperf-vllm calibrate` and use the user.conf it writes",
                 )
             )
-    elif eff.scenario == "Server" and eff.server_target_qps == LOADGEN_DEFAULT_QPS:
-        out.append(
-            Finding(
-                "server_target_qps",
-                "target_qps is LoadGen's default 1 (valid, but likely far below this system's peak)",
-                "run `mlperf-vllm calibrate --scenario " + scenario + "`",
-                fatal=False,
+    elif eff.scenario == "Server":
+        if eff.server_target_qps == LOADGEN_DEFAULT_QPS:
+            out.append(
+                Finding(
+                    "server_target_qps",
+                    "target_qps is LoadGen's default 1 (valid, but likely far below this "
+                    "system's peak)",
+                    "run `mlperf-vllm calibrate --scenario " + scenario + "`",
+                    fatal=False,
+                )
             )
-        )
+        issued = eff.server_queries
+        if issued < EARLY_STOPPING_NONE_OVER:
+            out.append(
+                Finding(
+                    "early_stopping",
+                    f"the run issues about {issued} queries ({eff.server_target_qps:g} QPS for "
+                    f"{eff.min_duration_ms / 1000:g} s, min_query_count {eff.min_query_count}): "
+                    f"LoadGen's early stopping certifies a p99 only from {EARLY_STOPPING_NONE_OVER}"
+                    f" queries (none over a limit), {EARLY_STOPPING_MIN_QUERIES} with one, so the "
+                    "run is INVALID however fast the engine",
+                    f"set min_query_count = {EARLY_STOPPING_MIN_QUERIES} for this scenario in the "
+                    "user.conf",
+                )
+            )
 
     if eff.performance_sample_count != bench.performance_sample_count:
         out.append(
