@@ -258,7 +258,8 @@ def temp_sockets(root: Path) -> set[str]:
 
 @pytest.fixture(scope="session")
 def server_smoke_run(tiny_model, tiny_dataset, tmp_path_factory) -> ProbedRun:
-    """One real Server run (performance + accuracy) on the smoke conf, 32-token outputs, in a
+    """One real Server run (performance, accuracy, then TEST06 on the same engine) on the smoke
+    conf, 32-token outputs, in a
     process that reports what is left of it after `main()` returns. Its TMPDIR is a folder of
     its own, so what it leaves there is its own even while other tests run beside it."""
     out = tmp_path_factory.mktemp("server-smoke") / "out"
@@ -271,6 +272,7 @@ def server_smoke_run(tiny_model, tiny_dataset, tmp_path_factory) -> ProbedRun:
         SMOKE / "server.conf",
         "--max-tokens",
         SERVER_MAX_TOKENS,
+        "--test06",  # TEST06 on the same engine: test_package_e2e packages it
         scenario="Server",
         mode="both",
     )

@@ -213,6 +213,18 @@ def test_missing_user_conf_and_audit_config(capsys, tiny_model, tiny_dataset, tm
         ),
     )
     assert_one_clear_line(code, err, "audit config", "does not exist")
+    # --test06 runs its own audited test after the run's: an audit config for every test too
+    # is a contradiction, refused before anything is written
+    audit = tmp_path / "audit.config"
+    audit.write_text("*.*.mode = 2\n")
+    code, err = run_cli(
+        capsys,
+        *offline_args(
+            tiny_model, tiny_dataset, tmp_path / "o2", "--test06", "--audit-config", str(audit)
+        ),
+    )
+    assert_one_clear_line(code, err, "--test06", "--audit-config", "pass one of them")
+    assert not (tmp_path / "o2").exists()
 
 
 def test_unknown_benchmark_and_engine_flag(capsys, tiny_model, tiny_dataset, tmp_path):

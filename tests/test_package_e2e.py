@@ -1,7 +1,10 @@
-"""Calibrate -> Offline run -> TEST06 -> package -> check, and the same for a Server run, on
-the tiny model: five engine starts in all (calibrate's measurement, the Offline run, its TEST06
-run, the Server run, its TEST06 run), shared by every assertion through module fixtures; the
-Server run is the session's `server_smoke_run` (conftest), shared with test_server_e2e. The
+"""Calibrate -> Offline run (performance, accuracy and TEST06 on one engine: `run --test06`)
+-> package -> check, and the same for a Server run, on the tiny model: three engine starts in
+all (calibrate's measurement, the Offline run, the Server run), shared by every assertion
+through module fixtures; the Server run is the session's `server_smoke_run` (conftest), shared
+with test_server_e2e. The Offline run's TEST06 folder is named to `package --test06`, the
+Server run's is found by `package` itself. (TEST06 as a run of its own, under
+`--audit-config`, then `compliance test06`, is test_server_e2e's Interactive overload run.) The
 other trees (edge, 70B, 405B, every round's folders) are packaged from copies of these runs
 whose result.json names another benchmark or scenario: no further engine start.
 
@@ -10,8 +13,9 @@ weights), so the checks split in two: the "structure" rules (files, fields, layo
 seeds, TEST06) must pass on a complete packaged tree and fail, by name, on each divergence
 from what the official checker accepts; the "result" rules must fail, each for its own reason.
 
-Time budget: 300 s: four engine starts of its own (the Server run is counted in
-test_server_e2e's budget) and about 25 package / check commands without an engine.
+Time budget: 300 s: two engine starts of its own (the Server run is counted in
+test_server_e2e's budget) and about 25 package / check commands without an engine (measured
+141 s alone; twice that beside another engine on two cores).
 """
 
 from __future__ import annotations
@@ -27,13 +31,13 @@ from harness.run.logs import DETAIL_LOG, parse_detail_log
 from harness.submission.checker import check_submission_tree
 from harness.submission.package import PackageRequest, package
 from harness.submission.rounds import ROUND_NAMES, get_round
-from tests.conftest import REPO, SMOKE, cli, run_args
+from tests.conftest import cli, run_args
 
 pytestmark = pytest.mark.e2e
 
 MAX_TOKENS = "32"  # keeps every run short on two shared CPU cores
 MIN_DURATION_S = "3"
-AUDIT = REPO / "user_confs" / "audit" / "TEST06.config"
+MARGIN = "2"
 SYSTEM_FIELDS = (
     "--system-field",
     "cooling=air",
@@ -67,23 +71,6 @@ def _run(model, dataset, out, scenario, conf, mode, *extra):
     return proc
 
 
-def _test06(model, dataset, out, scenario, conf):
-    _run(model, dataset, out, scenario, conf, "performance", "--audit-config", str(AUDIT))
-    proc = cli(
-        "compliance",
-        "test06",
-        "--log-dir",
-        str(out / "performance"),
-        "--model",
-        str(model),
-        "--output",
-        str(out),
-        "--strict",
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return out
-
-
 @pytest.fixture(scope="module")
 def calibrated(tiny_model, tiny_dataset, tmp_path_factory):
     out = tmp_path_factory.mktemp("calibrate")
@@ -103,6 +90,11 @@ def calibrated(tiny_model, tiny_dataset, tmp_path_factory):
         MIN_DURATION_S,
         "--measure-samples",
         "600",
+        # Two engines share two cores here: the measured rate can be well under the run's
+        # (63 against 90 samples/s seen), which the default margin (1.25 x LoadGen's 1.1)
+        # does not cover; a submission's GPU has no neighbour.
+        "--margin",
+        MARGIN,
         "--max-tokens",
         MAX_TOKENS,
     )
@@ -114,32 +106,29 @@ def calibrated(tiny_model, tiny_dataset, tmp_path_factory):
 def offline(tiny_model, tiny_dataset, calibrated, tmp_path_factory):
     conf, _ = calibrated
     run = tmp_path_factory.mktemp("offline-run")
-    proc = _run(tiny_model, tiny_dataset, run, "Offline", conf, "both")
-    t06 = _test06(tiny_model, tiny_dataset, tmp_path_factory.mktemp("offline-t06"), "Offline", conf)
-    return run, t06, proc
+    proc = _run(tiny_model, tiny_dataset, run, "Offline", conf, "both", "--test06")
+    t06 = json.loads((run / "result.json").read_text())["test06"]
+    assert t06["passed"] is True and t06["samples"] == 100, t06
+    assert "TEST06" in proc.stdout and "TEST06 verification complete" in proc.stdout
+    return run, run, proc
 
 
 @pytest.fixture(scope="module")
-def server(server_smoke_run, tiny_model, tiny_dataset, tmp_path_factory):
-    # `--max-tokens 32`, as every run here (conftest.SERVER_MAX_TOKENS)
+def server(server_smoke_run):
+    # `--max-tokens 32`, as every run here (conftest.SERVER_MAX_TOKENS); its TEST06 ran on
+    # its engine (`--test06`), the run's own TEST06 folder
     run = server_smoke_run.out
-    t06 = _test06(
-        tiny_model,
-        tiny_dataset,
-        tmp_path_factory.mktemp("server-t06"),
-        "Server",
-        SMOKE / "server.conf",
-    )
-    return run, t06
+    assert json.loads((run / "result.json").read_text())["test06"]["passed"] is True
+    return run, run
 
 
 def _package(run, t06, root, *extra):
+    """`mlperf-vllm package`; t06 None: no --test06 (package finds the run's own)."""
     return cli(
         "package",
         "--run",
         str(run),
-        "--test06",
-        str(t06),
+        *(("--test06", str(t06)) if t06 is not None else ()),
         "--system",
         "tiny_cpu",
         "--submitter",
@@ -162,7 +151,9 @@ def test_calibrated_conf_meets_min_duration(calibrated, offline):
     assert len(lines) == 1
     qps = float(lines[0].split("= ")[1])
     measured = json.loads((conf.parent / "measure-offline" / "result.json").read_text())
-    assert qps == pytest.approx(measured["performance"]["samples_per_second"] * 1.25, rel=0.01)
+    assert qps == pytest.approx(
+        measured["performance"]["samples_per_second"] * float(MARGIN), rel=0.01
+    )
 
     run, _, run_proc = offline
     # VALID under the 3 s demo conf, and said to be no submission result
@@ -218,8 +209,8 @@ def full_tree(offline, server, tmp_path_factory):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "round v6.1 (newest round with llama3.1-8b" in proc.stdout
     offline_only = _failed(root, group="structure")
-    srun, st06 = server
-    proc = _package(srun, st06, root, *SYSTEM_FIELDS)
+    srun, _ = server
+    proc = _package(srun, None, root, *SYSTEM_FIELDS)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return root, offline_only
 
@@ -271,7 +262,8 @@ def test_package_full_tree_and_checks(which, request, full_tree):
     assert (t06 / "TEST06" / "accuracy" / "mlperf_log_accuracy.json").stat().st_size > 10 * 1024
     readme = (sdir / "README.md").read_text()
     assert f"mlperf-vllm run --benchmark llama3_1-8b --scenario {scenario} --mode both" in readme
-    assert "--audit-config" in readme and "mlperf-vllm package --run" in readme
+    assert "--test06" in readme and "mlperf-vllm package --run" in readme
+    assert "on the same engine" in readme
     assert "round v6.1" in readme
     system = json.loads((root / "closed" / "Demo" / "systems" / "tiny_cpu.json").read_text())
     assert system["host_processor_core_count"] and system["accelerators_per_node"] == "0"

@@ -3,7 +3,8 @@
 Each run is `python -m harness.cli run ...` in its own process. Four engine starts in all:
 - the session's Server smoke run (`server_smoke_run`, conftest; shared with test_package_e2e):
   VALID, many queries in the engine at once, first token before completion for every query,
-  no thread or child process left after `main()` returns;
+  TEST06 on the same engine after it (`--test06`) passing, no thread or child process left
+  after `main()` returns;
 - an Interactive run far above capacity, under the TEST06 audit.config: INVALID on latency,
   no LoadGen error, every query answered; TEST06 passes on that output and fails once the
   accuracy log is corrupted;
@@ -100,6 +101,15 @@ def test_server_run_is_valid_with_many_queries_in_flight(server_run):
     assert stats["loadgen_complete_calls"] <= queries
     assert "completed tokens/s" in proc.stdout and "TTFT p99" in proc.stdout
     assert "peak in flight" in proc.stdout
+    # TEST06 ran on the same engine after the run's tests (`--test06`): first token, EOS and
+    # length checks over 100 logged samples, written where package looks for them
+    t06 = result["test06"]
+    assert t06["passed"] is True and t06["samples"] == 100 and t06["problems"] == [], t06
+    verify = (out / "TEST06" / "verify_accuracy.txt").read_text()
+    assert "First token check pass: True" in verify and "TEST06 verification complete" in verify
+    t06_detail = _detail(out / "TEST06" / "performance")
+    assert t06_detail["effective_accuracy_log_sampling_target"] == 100
+    assert _detail(out / "performance")["effective_accuracy_log_sampling_target"] == 0
 
 
 def test_server_run_leaves_no_thread_or_process(server_run):

@@ -49,6 +49,12 @@ def _add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--user-conf", type=Path, help="LoadGen user.conf (see user_confs/)")
     p.add_argument("--audit-config", type=Path, help="compliance audit.config (e.g. TEST06)")
     p.add_argument(
+        "--test06",
+        action="store_true",
+        help="after the run's tests, compliance TEST06 on the same engine: its logs and "
+        "verify_accuracy.txt in OUTPUT/TEST06 (package finds them there)",
+    )
+    p.add_argument(
         "--engine-arg",
         action="append",
         default=[],
@@ -177,6 +183,7 @@ def build_run_request(args: argparse.Namespace, extra: list[str]):
         stall_timeout_s=args.stall_timeout or None,
         engine_start_timeout_s=args.engine_start_timeout or None,
         overwrite=args.overwrite,
+        test06=args.test06,
     )
 
 
@@ -193,6 +200,7 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
     from harness import tracking
     from harness.run.runner import prepare, run
     from harness.run.summary import render_result
+    from harness.submission.compliance import verify_test06_run
     from harness.submission.preflight import settings_check
 
     if args.submission or args.round:
@@ -205,9 +213,16 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
     with tracking.tracked_run(
         cfg, tracking.run_name(req, args.output), output_dir=args.output
     ) as trk:
-        outcome = run(req, prepared=prepared, check_settings=settings_check)
+        outcome = run(
+            req,
+            prepared=prepared,
+            check_settings=settings_check,
+            check_test06=verify_test06_run,
+        )
         print(render_result(outcome.result), flush=True)
         print(f"results: {outcome.path}")
     if trk.logging_error:
         return EXIT_ERROR
-    return strict_code(args, outcome.result.performance, outcome.result.accuracy)
+    return strict_code(
+        args, outcome.result.performance, outcome.result.accuracy, outcome.result.test06
+    )

@@ -23,7 +23,8 @@ def add_package_commands(sub) -> None:
     pkg.add_argument(
         "--test06",
         type=Path,
-        help="TEST06 output (the folder given to `compliance test06 --output`)",
+        help="TEST06 output (the folder given to `compliance test06 --output`); default: "
+        "the run's own TEST06 folder when it ran with --test06",
     )
     pkg.add_argument("--accuracy-run", type=Path, help="take accuracy/ from this run folder")
     pkg.add_argument("--system", required=True, help="system name (folder and systems/*.json)")

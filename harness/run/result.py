@@ -27,6 +27,7 @@ from harness import files
 
 SCHEMA_VERSION = 1
 RESULT_FILE = "result.json"
+TEST06_DIR = "TEST06"  # `run --test06`: the TEST06 test's logs and verdict, inside the run
 # How a run ends: every ending writes one of these (only a SIGKILL leaves "running" behind).
 FINAL_STATUSES = ("completed", "failed", "interrupted", "refused")
 
@@ -57,6 +58,7 @@ _OPTIONAL = frozenset(
         "warmup",
         "sut_stats",
         "sut_stats_by_mode",
+        "test06",
         "finished_at",
         "sut_options",  # absent in files written before SUT options were recorded
     }
@@ -99,6 +101,8 @@ class RunResult:
     warmup: dict[str, Any] | None = None
     sut_stats: dict[str, Any] | None = None
     sut_stats_by_mode: dict[str, dict[str, Any]] | None = None
+    # `run --test06`: the TEST06 test on the same engine (log dir, verdict)
+    test06: dict[str, Any] | None = None
     finished_at: str | None = None
     schema_version: int = SCHEMA_VERSION
     extra: dict[str, Any] = field(default_factory=dict)  # keys this version does not know

@@ -30,6 +30,7 @@ from harness.datasets import (
 )
 from harness.errors import UsageError
 from harness.files import check_output_dir
+from harness.resources import require_shipped
 from harness.run.checks import (
     check_model_path,
     check_sut_options,
@@ -41,7 +42,7 @@ from harness.run.checks import (
 from harness.run.cost import add_cost
 from harness.run.environment import RUN_VERSION_DISTS, installed_versions
 from harness.run.logs import ACCURACY_LOG, DETAIL_LOG, parse_detail_log, performance_result
-from harness.run.result import RESULT_FILE, PreflightVerdict, RunResult
+from harness.run.result import RESULT_FILE, TEST06_DIR, PreflightVerdict, RunResult
 from harness.run.settings import (
     SettingsRequest,
     audit_path_for,
@@ -62,6 +63,7 @@ from sut.lifecycle import (
 log = logging.getLogger(__name__)
 
 MODES = ("performance", "accuracy", "both")
+TEST06_AUDIT = "user_confs/audit/TEST06.config"  # shipped: MLCommons' TEST06 settings
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,9 @@ class RunRequest:
     stall_timeout_s: float | None = DEFAULT_STALL_TIMEOUT_S
     engine_start_timeout_s: float | None = DEFAULT_ENGINE_START_TIMEOUT_S
     overwrite: bool = False  # replace a completed run already in `output`
+    # After the run's tests, compliance TEST06 on the same engine (its logs in OUTPUT/TEST06):
+    # one engine start for performance, accuracy and TEST06.
+    test06: bool = False
 
     def modes(self) -> list[str]:
         return ["performance", "accuracy"] if self.mode == "both" else [self.mode]
@@ -136,6 +141,11 @@ def prepare(req: RunRequest) -> PreparedRun:
         raise UsageError(
             f"user.conf {req.user_conf} does not exist: pass --user-conf with an existing file "
             "(see user_confs/)"
+        )
+    if req.test06 and req.audit_config is not None:
+        raise UsageError(
+            "--test06 runs TEST06 after the run's own tests with the shipped TEST06 settings, "
+            "and --audit-config turns every test of the run into an audit test: pass one of them"
         )
     if req.audit_config is not None and not req.audit_config.is_file():
         raise UsageError(
@@ -257,6 +267,11 @@ def build_sut(prep: PreparedRun) -> Any:
     )
 
 
+# The caller's verification of a TEST06 test's LoadGen logs (the CLI passes the compliance
+# check, which writes TEST06/verify_accuracy.txt): the run layer runs it, the submission layer
+# defines it. Returns what result.json records under `test06` (at least "passed").
+Test06Check = Callable[[Path, "PreparedRun"], dict[str, Any]]
+
 # The caller's check of the effective TestSettings, right after they are built and before the
 # engine starts (the CLI passes the submission preflight): the run layer runs it, the
 # submission layer defines it.
@@ -268,6 +283,7 @@ def run(
     *,
     prepared: PreparedRun | None = None,
     check_settings: SettingsCheck | None = None,
+    check_test06: Test06Check | None = None,
 ) -> RunOutcome:
     """Run the LoadGen test(s) of a request in this process and return the result.
     `prepared`: the request's prepare() result, when the caller validated it already (before
@@ -305,7 +321,7 @@ def run(
     result.write(result_path)
 
     try:
-        _run_tests(prep, result, result_path, check_settings)
+        _run_tests(prep, result, result_path, check_settings, check_test06)
         if result.accuracy is not None and req.evaluate:
             result.accuracy.update(_evaluate(prep, out / "accuracy"))
         result.status = "completed"
@@ -332,6 +348,7 @@ def _run_tests(
     result: RunResult,
     result_path: Path,
     check_settings: SettingsCheck | None,
+    check_test06: Test06Check | None = None,
 ) -> None:
     """Engine start, warm-up and the LoadGen test(s); the result is written after each."""
     import mlperf_loadgen as lg
@@ -415,6 +432,11 @@ def _run_tests(
                 result.accuracy = {"log": str(log_dir / ACCURACY_LOG)}
             keep_stats(mode)
             result.write(result_path)
+        if req.test06:
+            mode = "TEST06"
+            _run_test06(lg, sut, qsl, settings, out, req, prep, result, check_test06)
+            keep_stats(mode)
+            result.write(result_path)
     except BaseException as exc:
         result.status = ending_status(exc)
         result.error = f"{type(exc).__name__}: {exc}"
@@ -434,6 +456,38 @@ def _run_tests(
             sut.ledger.abandon()
         sut.stop(stop_timeout_s)
         qsl.destroy()
+
+
+def _run_test06(
+    lg: Any,
+    sut: Any,
+    qsl: Any,
+    settings: Any,
+    out: Path,
+    req: RunRequest,
+    prep: PreparedRun,
+    result: RunResult,
+    check_test06: Test06Check | None,
+) -> None:
+    """Compliance TEST06 on the running engine: a performance-mode test under the shipped
+    TEST06 audit.config (LoadGen applies it to this test only), logs in OUTPUT/TEST06/performance,
+    then the caller's verification of them."""
+    folder = out / TEST06_DIR
+    log_dir = folder / "performance"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    audit = audit_path_for(folder, require_shipped(TEST06_AUDIT))
+    set_mode(settings, "performance")
+    sut.reset_stats()
+    run_loadgen_test(
+        lg, sut, qsl, settings, build_log_settings(log_dir), audit, "TEST06", req.stall_timeout_s
+    )
+    if sut.error is not None:
+        raise EngineFailure(
+            f"vLLM engine failed during the TEST06 test: {describe_error(sut.error)}"
+        )
+    result.test06 = {"log_dir": str(log_dir), "audit_config": TEST06_AUDIT}
+    if check_test06 is not None:
+        result.test06.update(check_test06(log_dir, prep))
 
 
 def _warm_up(sut: Any, prep: PreparedRun, result: RunResult) -> None:

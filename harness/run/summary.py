@@ -95,6 +95,13 @@ def result_rows(run: RunResult | Mapping[str, Any]) -> list[tuple[str, str]]:
                 rows.append((f"  {k}", _fmt(v, digits=4)))
         else:
             rows.append(("accuracy log", acc.get("log", "-")))
+    t06 = result.test06
+    if t06:
+        if "passed" not in t06:
+            verdict = "ran, not verified"
+        else:
+            verdict = "PASS" if t06["passed"] else "FAIL: " + "; ".join(t06.get("problems") or [])
+        rows.append(("TEST06", f"{verdict} ({t06.get('samples', '?')} samples, {t06['log_dir']})"))
     if result.error:
         rows.append(("error", result.error))
     return rows

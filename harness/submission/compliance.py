@@ -25,6 +25,7 @@ import shutil
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -234,3 +235,22 @@ def run_test06(
     )
     verify = write_test06(result, log_dir / ACCURACY_LOG, output or log_dir)
     return result, verify
+
+
+def verify_test06_run(log_dir: Path, prep: Any) -> dict[str, Any]:
+    """`run --test06`'s verification of the TEST06 test it just ran (harness.run.runner's
+    Test06Check): the same checks and files as `compliance test06 --log-dir LOG_DIR --output
+    OUTPUT/TEST06`, printed as that command prints them."""
+    req = prep.request
+    result, verify = run_test06(
+        log_dir, model=req.model, scenario=req.scenario, output=log_dir.parent
+    )
+    print(result.text(), end="", flush=True)
+    for problem in result.problems:
+        print(f"  {problem}", flush=True)
+    return {
+        "passed": result.passed,
+        "verify": str(verify),
+        "samples": result.samples,
+        "problems": list(result.problems),
+    }

@@ -25,7 +25,7 @@ import os
 import shutil
 import sys
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,7 @@ from harness.errors import UsageError
 from harness.files import check_output_dir
 from harness.run.environment import machine_facts
 from harness.run.logs import ACCURACY_LOG, DETAIL_LOG, SUMMARY_LOG
-from harness.run.result import RESULT_FILE, RunResult
+from harness.run.result import RESULT_FILE, TEST06_DIR, RunResult
 from harness.submission.checker import (
     CALIBRATION_DOC,
     MAX_ACCURACY_LOG_SIZE,
@@ -62,7 +62,9 @@ class PackageRequest:
     submitter: str
     out: Path  # submission root; the tree goes under out/<division>/<submitter>/
     division: str = "closed"
-    test06: Path | None = None  # folder holding TEST06/verify_accuracy.txt (compliance output)
+    # folder holding TEST06/verify_accuracy.txt (compliance output); None: the run's own
+    # TEST06 folder when it ran with --test06
+    test06: Path | None = None
     accuracy_run: Path | None = None  # accuracy/ from another run folder
     accuracy_level: str | None = None  # None: the level the round accepts (choose_round)
     round: str | None = (
@@ -144,8 +146,8 @@ def _missing_inputs(
         if t06 is None:
             missing.append(
                 f"TEST06/verify_accuracy.txt under {req.test06 or '--test06 (not given)'} "
-                "(run with --audit-config user_confs/audit/TEST06.config, then "
-                "mlperf-vllm compliance test06 --log-dir OUT/performance --output OUT)"
+                "(run with --test06, or run with --audit-config user_confs/audit/TEST06.config, "
+                "then mlperf-vllm compliance test06 --log-dir OUT/performance --output OUT)"
             )
         elif not (t06 / "accuracy" / ACCURACY_LOG).is_file():
             missing.append(
@@ -176,6 +178,8 @@ def package(req: PackageRequest) -> PackageReport:
             + (f": {result.error}" if result.error else "")
             + "): package a completed run"
         )
+    if req.test06 is None and result.test06 and find_test06(req.run / TEST06_DIR):
+        req = replace(req, test06=req.run)  # `run --test06`: TEST06 ran on the run's engine
     benchmark, scenario = result.benchmark, result.scenario
     choice = choose_round(req.round, benchmark, req.accuracy_level)
     model = choice.model
@@ -430,7 +434,12 @@ def readme(
     ]
     if acc is not None:
         lines += ["Accuracy:", "```bash", _sh(acc.command or []), "```"]
-    if t06 is not None:
+    if t06 is not None and t06.test06:
+        lines += [
+            "TEST06 (compliance): the same command's `--test06`, on the same engine after the "
+            "tests above; its verdict is TEST06/verify_accuracy.txt.",
+        ]
+    elif t06 is not None:
         lines += [
             "TEST06 (compliance):",
             "```bash",

@@ -267,6 +267,9 @@ def log_result_dir(
         metrics["accuracy_pass"] = 1.0 if verdict == "PASS" else 0.0
     if eval_error:
         tags["accuracy_evaluation_error"] = eval_error
+    t06 = result.test06 if result is not None else None
+    if t06 and "passed" in t06:  # `run --test06`
+        tags["test06"] = "PASS" if t06["passed"] else "FAIL"
 
     summary.params = run.log_params(params)
     summary.metrics = run.log_metrics(metrics)
@@ -282,6 +285,7 @@ def log_result_dir(
 
     add(result_path)
     add(env_path)
+    add(out / "TEST06" / "verify_accuracy.txt", "TEST06")
     for name in ("timeline.json", "timeline.png"):  # Server-like runs: the backlog picture
         add(out / name)
     for mode in ("performance", "accuracy"):
