@@ -75,6 +75,10 @@ def parse_engine_flags(argv: list[str]) -> dict[str, Any]:
     if not argv:
         return {}
     parser = _vllm_parser()
+    # Only the flags given: a value equal to vLLM's default still counts (`--no-enforce-eager`
+    # overrides the CPU default of eager, though vLLM's own default is the same False).
+    for action in parser._actions:
+        action.default = argparse.SUPPRESS
     try:
         ns, unknown = parser.parse_known_args(argv)
     except (argparse.ArgumentError, SystemExit) as exc:
@@ -84,11 +88,7 @@ def parse_engine_flags(argv: list[str]) -> dict[str, Any]:
             f"unknown option(s) {' '.join(unknown)}: not a flag of mlperf-vllm nor of vLLM's "
             "engine (see `vllm serve --help` for engine flags)"
         )
-    given = {}
-    for dest, value in vars(ns).items():
-        if value != parser.get_default(dest):
-            given[dest] = value
-    return given
+    return dict(vars(ns))
 
 
 def parse_engine_arg_pairs(pairs: Iterable[str]) -> dict[str, Any]:
@@ -284,12 +284,30 @@ def vllm_reason(exc: BaseException, limit: int = 400) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+# vLLM names an IPC socket BASE/<uuid4> (37 characters after BASE) and a Unix socket path holds
+# at most 107 bytes: BASE, our mkdtemp folder, may be at most 70 long.
+IPC_BASE_MAX = 70
+IPC_PREFIX = "mlperf-vllm-ipc-"
+
+
+def ipc_parent(temp_dir: str | None = None) -> str | None:
+    """Where the private IPC folder goes: the temp dir, unless its path is too long for a
+    socket path under it (a deep TMPDIR); then the first short system temp folder."""
+    temp_dir = temp_dir or tempfile.gettempdir()
+    if len(temp_dir) + 1 + len(IPC_PREFIX) + 8 <= IPC_BASE_MAX:
+        return None
+    for cand in ("/tmp", "/var/tmp", "/dev/shm"):
+        if os.path.isdir(cand) and os.access(cand, os.W_OK | os.X_OK):
+            return cand
+    return None
+
+
 def _prepare_environment(gpu: bool) -> None:
     if "VLLM_RPC_BASE_PATH" not in os.environ:
         # vLLM binds its ZMQ IPC sockets under this folder (default: the temp dir) and leaves
         # the socket files behind, a handful per engine start. A private folder, removed at
         # exit (after vLLM's own exit handlers, registered later, have run), keeps /tmp clean.
-        ipc_dir = tempfile.mkdtemp(prefix="mlperf-vllm-ipc-")
+        ipc_dir = tempfile.mkdtemp(prefix=IPC_PREFIX, dir=ipc_parent())
         os.environ["VLLM_RPC_BASE_PATH"] = ipc_dir
         atexit.register(shutil.rmtree, ipc_dir, ignore_errors=True)
     if not gpu:

@@ -36,6 +36,15 @@ def test_vllm_style_flags_parse_like_vllm_serve():
     assert got == {"max_num_seqs": 1024, "kv_cache_dtype": "fp8", "enable_prefix_caching": False}
 
 
+def test_a_flag_equal_to_vllms_default_still_overrides_ours():
+    """`--no-enforce-eager` asks for compilation on a CPU (our default there is eager), though
+    it is vLLM's own default: a given flag counts whatever its value."""
+    assert parse_engine_flags(["--no-enforce-eager"]) == {"enforce_eager": False}
+    cfg = make_engine_config("m", parse_engine_flags(["--no-enforce-eager"]), gpu=False)
+    assert cfg.kwargs["enforce_eager"] is False
+    assert "enforce_eager" not in parse_engine_flags(["--max-num-seqs", "8"])
+
+
 @pytest.mark.parametrize(
     "pair,match",
     [
@@ -80,3 +89,15 @@ def test_prefix_caching_on_prints_one_line_warning(capsys):
     assert len(out) == 1 and "not compliant" in out[0]
     warn_if_not_compliant(make_engine_config("m", {}, gpu=True))
     assert capsys.readouterr().out == ""
+
+
+def test_ipc_folder_leaves_a_deep_temp_dir_for_a_short_one():
+    """vLLM's IPC socket paths (FOLDER/<uuid4>) must stay under 107 bytes: a deep TMPDIR would
+    make every engine start fail, so the private IPC folder goes to a short temp folder."""
+    from sut.engine import IPC_BASE_MAX, IPC_PREFIX, ipc_parent
+
+    assert ipc_parent("/tmp") is None  # short: the temp dir itself
+    deep = "/home/runner/work/project/project/.tox/py311/tmp/pytest-of-runner/pytest-12"
+    parent = ipc_parent(deep)
+    assert parent is not None and len(parent) + 1 + len(IPC_PREFIX) + 8 <= IPC_BASE_MAX
+    assert len(f"{parent}/{IPC_PREFIX}abcdefgh/{'x' * 36}") <= 107
