@@ -140,10 +140,18 @@ def _error(message: str) -> None:
 
 
 def _interrupted_note(args: argparse.Namespace) -> str:
-    if args.command in STARTS_PROCESSES:
+    if args.command in ("run", "demo"):
         return (
             "interrupted: LoadGen logs written so far are kept in the output folder; the "
             "engine is stopped and result.json says interrupted"
+        )
+    if (
+        args.command in STARTS_PROCESSES
+    ):  # calibrate, sweep: runs and trials in folders of their own
+        return (
+            "interrupted: the engine is stopped; each trial's or run's LoadGen logs written so "
+            "far are kept in its folder (a run's result.json says interrupted), and the conf or "
+            "report written before is kept whole"
         )
     # every result file is written aside and renamed into place once complete
     return "interrupted: files written before are kept whole; nothing is half-written"
