@@ -50,7 +50,7 @@ def test_server_calibration_holds_for_a_run_several_times_longer(
         # A wider backoff than the default 5%: the suite may run another engine beside this
         # one, and the confirmation must not hinge on the other worker's load.
         *("--measure-samples", "96", "--confirm", "--confirm-runs", "3", "--backoff", "0.15"),
-        *("--max-tokens", "32", "--max-num-seqs", "4", "--enforce-eager"),
+        *("--max-tokens", "16", "--max-num-seqs", "4", "--enforce-eager"),
         timeout=900,
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-3000:]
@@ -92,7 +92,7 @@ def test_server_calibration_holds_for_a_run_several_times_longer(
         assert "llama3_1-8b.Server.min_query_count = 662" in text
         assert perf["sample_count"] >= 662, perf
     else:
-        assert "min_query_count" not in text
+        assert not re.search(r"^llama3_1-8b\.Server\.min_query_count", text, re.M)
     assert f"Server.target_qps = {target:g}" in (out / "user.conf").read_text()
     assert re.search(rf"# confirm \d: {target:g} QPS for \d+ s -> VALID", text)
     assert "# confirmed:" in text and text.startswith("# NOT COMPLIANT")
