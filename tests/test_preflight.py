@@ -53,6 +53,21 @@ def compliant_offline() -> EffectiveSettings:
     )
 
 
+def compliant_server(**kw) -> EffectiveSettings:
+    base = dict(
+        scenario="Server",
+        min_duration_ms=600_000,
+        min_query_count=100,
+        performance_sample_count=13368,
+        seeds=dict(SEEDS),
+        server_target_qps=40.0,
+        ttft_latency_ms=2000.0,
+        tpot_latency_ms=100.0,
+    )
+    base.update(kw)
+    return EffectiveSettings(**base)
+
+
 def facts(**kw) -> RunFacts:
     base = dict(
         dataset_size=13368,
@@ -70,17 +85,7 @@ def rules(findings) -> set[str]:
 
 def test_compliant_offline_and_server_pass():
     assert check(compliant_offline(), BENCH, "Offline", facts()) == []
-    server = EffectiveSettings(
-        scenario="Server",
-        min_duration_ms=600_000,
-        min_query_count=100,
-        performance_sample_count=13368,
-        seeds=dict(SEEDS),
-        server_target_qps=40.0,
-        ttft_latency_ms=2000.0,
-        tpot_latency_ms=100.0,
-    )
-    assert check(server, BENCH, "Server", facts()) == []
+    assert check(compliant_server(), BENCH, "Server", facts()) == []
 
 
 @pytest.mark.parametrize(
@@ -130,16 +135,7 @@ def test_audit_file_is_fine_when_asked():
 
 
 def test_server_latency_limits_and_default_qps():
-    lim = EffectiveSettings(
-        scenario="Server",
-        min_duration_ms=600_000,
-        min_query_count=100,
-        performance_sample_count=13368,
-        seeds=dict(SEEDS),
-        server_target_qps=1.0,
-        ttft_latency_ms=5000.0,
-        tpot_latency_ms=100.0,
-    )
+    lim = compliant_server(server_target_qps=1.0, ttft_latency_ms=5000.0)
     found = check(lim, BENCH, "Server", facts())
     assert rules(found) == {"latency_limits", "server_target_qps"}
     advice = [f for f in found if f.rule == "server_target_qps"]
@@ -150,16 +146,7 @@ def test_server_too_few_queries_for_early_stopping():
     """A slow system's 600 s Server run (a 405B at 0.7 QPS) issues 420 queries: LoadGen cannot
     certify a p99 from so few (459 with none over the limit), so the run is INVALID however
     fast the engine; min_query_count 662 fixes it, and so does a target that issues enough."""
-    slow = EffectiveSettings(
-        scenario="Server",
-        min_duration_ms=600_000,
-        min_query_count=100,
-        performance_sample_count=13368,
-        seeds=dict(SEEDS),
-        server_target_qps=0.7,
-        ttft_latency_ms=2000.0,
-        tpot_latency_ms=100.0,
-    )
+    slow = compliant_server(server_target_qps=0.7)
     found = check(slow, BENCH, "Server", facts())
     assert rules(found) == {"early_stopping"} and found[0].fatal
     line = refusal_line(found)
