@@ -98,7 +98,7 @@ def result_rows(run: RunResult | Mapping[str, Any]) -> list[tuple[str, str]]:
     t06 = result.test06
     if t06:
         if "passed" not in t06:
-            verdict = "ran, not verified"
+            verdict = "ran, not verified" + (f": {t06['error']}" if t06.get("error") else "")
         else:
             verdict = "PASS" if t06["passed"] else "FAIL: " + "; ".join(t06.get("problems") or [])
         rows.append(("TEST06", f"{verdict} ({t06.get('samples', '?')} samples, {t06['log_dir']})"))
