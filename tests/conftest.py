@@ -113,6 +113,22 @@ def tiny_dataset(tiny_model, tmp_path_factory) -> Path:
     )
 
 
+def package_args(run: Path, root: Path, *extra: str) -> list[str]:
+    """`mlperf-vllm package` of RUN into ROOT as the tests' system `tiny_cpu` of `Demo`."""
+    return [
+        "package",
+        "--run",
+        str(run),
+        "--system",
+        "tiny_cpu",
+        "--submitter",
+        "Demo",
+        "--out",
+        str(root),
+        *extra,
+    ]
+
+
 def run_args(
     model: Path,
     dataset: Path,

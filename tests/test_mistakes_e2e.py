@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, SMOKE, cli, run_args
+from tests.conftest import REPO, SMOKE, cli, package_args, run_args
 from tests.procs import (
     assert_all_gone,
     engine_cores,
@@ -93,20 +93,6 @@ def ws(tiny_model, tiny_dataset, offline_smoke_run, tmp_path) -> Workspace:
     return Workspace(tmp_path, tiny_model, tiny_dataset, offline_smoke_run.out)
 
 
-def _package_args(run: Path, root: Path) -> list[str]:
-    return [
-        "package",
-        "--run",
-        str(run),
-        "--system",
-        "tiny_cpu",
-        "--submitter",
-        "Demo",
-        "--out",
-        str(root),
-    ]
-
-
 def _evaluate_args(ws: Workspace, log: Path, dataset: Path, *extra: str) -> list[str]:
     return [
         "evaluate",
@@ -159,12 +145,12 @@ def bad_user_conf_value(ws: Workspace) -> list[str]:
 def broken_result_json(ws: Workspace) -> list[str]:
     run = ws.run_copy("run")
     (run / "result.json").write_text('{"status": "completed", ')
-    return _package_args(run, ws.tmp / "submission")
+    return package_args(run, ws.tmp / "submission")
 
 
 def unfinished_run(ws: Workspace) -> list[str]:
     run = ws.run_copy("run", status="interrupted", error="KeyboardInterrupt: signal SIGTERM")
-    return _package_args(run, ws.tmp / "submission")
+    return package_args(run, ws.tmp / "submission")
 
 
 def evaluate_output_is_a_file(ws: Workspace) -> list[str]:
@@ -351,7 +337,7 @@ def package_over_a_package(ws: Workspace) -> Started:
     accuracy log is 2 GB (sparse), hashed once to check and once to package."""
     root = ws.tmp / "submission"
     small = ws.run_copy("run", benchmark="llama3_1-8b-edge")  # edge: no TEST06 needed
-    first = cli(*_package_args(small, root))
+    first = cli(*package_args(small, root))
     assert first.returncode == 0, first.stdout + first.stderr
     big = ws.run_copy("run-big", benchmark="llama3_1-8b-edge")
     with open(big / "accuracy" / "mlperf_log_accuracy.json", "wb") as fh:
@@ -359,7 +345,7 @@ def package_over_a_package(ws: Workspace) -> Started:
     txt = big / "accuracy" / "accuracy.txt"
     txt.write_text("".join(ln for ln in txt.read_text().splitlines(True) if "hash=" not in ln))
     kept = snapshot(root)
-    return Started(start_cli(*_package_args(big, root)), root, kept)
+    return Started(start_cli(*package_args(big, root)), root, kept)
 
 
 def _scenario_parent(root: Path) -> Path:
@@ -400,7 +386,7 @@ def adding_the_query(started: Started) -> bool:
 
 def package_kept(ws: Workspace, started: Started, stdout: str, stderr: str) -> None:
     assert snapshot(started.out) == started.kept  # the earlier package, whole
-    again = cli(*_package_args(ws.tmp / "run", started.out))
+    again = cli(*package_args(ws.tmp / "run", started.out))
     assert again.returncode == 0, again.stdout + again.stderr
     assert "it replaced the package that was there" in again.stdout
 

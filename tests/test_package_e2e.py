@@ -31,7 +31,7 @@ from harness.run.logs import DETAIL_LOG, parse_detail_log
 from harness.submission.checker import check_submission_tree
 from harness.submission.package import PackageRequest, package
 from harness.submission.rounds import ROUND_NAMES, get_round
-from tests.conftest import cli, run_args
+from tests.conftest import cli, package_args, run_args
 
 pytestmark = pytest.mark.e2e
 
@@ -124,19 +124,7 @@ def server(server_smoke_run):
 
 def _package(run, t06, root, *extra):
     """`mlperf-vllm package`; t06 None: no --test06 (package finds the run's own)."""
-    return cli(
-        "package",
-        "--run",
-        str(run),
-        *(("--test06", str(t06)) if t06 is not None else ()),
-        "--system",
-        "tiny_cpu",
-        "--submitter",
-        "Demo",
-        "--out",
-        str(root),
-        *extra,
-    )
+    return cli(*package_args(run, root, *(("--test06", str(t06)) if t06 else ()), *extra))
 
 
 def test_calibrated_conf_meets_min_duration(calibrated, offline):
