@@ -32,6 +32,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -275,9 +276,26 @@ def temp_sockets(root: Path) -> set[str]:
 @pytest.fixture(scope="session")
 def server_smoke_run(tiny_model, tiny_dataset, tmp_path_factory) -> ProbedRun:
     """One real Server run (performance, accuracy, then TEST06 on the same engine) on the smoke
-    conf, 32-token outputs, in a
-    process that reports what is left of it after `main()` returns. Its TMPDIR is a folder of
-    its own, so what it leaves there is its own even while other tests run beside it."""
+    conf, 32-token outputs, in a process that reports what is left of it after `main()`
+    returns. Its TMPDIR is a folder of its own, so what it leaves there is its own even while
+    other tests run beside it.
+
+    Made again, once, when its only fault is a p99 over the GPU-sized latency limits with every
+    sample answered and no error (`host_latency_only`): on this tiny model the p99s sit two
+    orders of magnitude under the limits (TTFT ~25-70 ms, TPOT ~6-16 ms here, even beside a
+    second engine on the same core), so a TTFT p99 over 2 s is a multi-second stall of the shared
+    host, not the SUT. A SUT that is slow or serialises queries fails both runs. The repeat is
+    reported as a warning with the first run's worst seconds."""
+    for attempt in (1, 2):
+        run = _server_smoke_attempt(tiny_model, tiny_dataset, tmp_path_factory)
+        stalled = host_latency_only(run.out)
+        if not stalled or attempt == 2:
+            return run
+        warnings.warn(f"server smoke run made again: the first was {stalled}", stacklevel=1)
+    raise AssertionError("unreachable")
+
+
+def _server_smoke_attempt(tiny_model, tiny_dataset, tmp_path_factory) -> ProbedRun:
     out = tmp_path_factory.mktemp("server-smoke") / "out"
     # A short path: vLLM's IPC socket paths inside it must stay under 108 characters.
     tmp = Path(tempfile.mkdtemp(prefix="mlperf-test-"))
@@ -304,6 +322,27 @@ def server_smoke_run(tiny_model, tiny_dataset, tmp_path_factory) -> ProbedRun:
     shutil.rmtree(tmp, ignore_errors=True)
     checked(proc)
     return ProbedRun(out, proc, left)
+
+
+def host_latency_only(out: Path) -> str:
+    """Why a finished Server run was INVALID, when the only fault is its latency p99s with every
+    sample answered and no error: a description with the run's worst
+    seconds from its timeline. "" for any other run (VALID, or INVALID for anything else)."""
+    result = json.loads((out / "result.json").read_text())
+    perf, stats = result["performance"], result["sut_stats"]
+    clean = (
+        perf["validity"] == "INVALID"
+        and perf.get("failed_constraints")
+        and perf["num_errors"] == 0
+        and stats["failed_samples"] == 0
+        and stats["issued"] == stats["completed"]
+    )
+    if not clean:
+        return ""
+    series = json.loads((out / "timeline.json").read_text())["series"]
+    worst = sorted(series, key=lambda s: -(s.get("ttft_p99_ms") or 0))[:3]
+    seconds = ", ".join(f"t={s['t']:g} s TTFT p99 {s['ttft_p99_ms']} ms" for s in worst)
+    return f"INVALID on {'; '.join(perf['failed_constraints'])} (worst seconds: {seconds})"
 
 
 # --- pytest-xdist: groups and order ---------------------------------------------------------
