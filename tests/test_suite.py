@@ -4,6 +4,10 @@ budget in its docstring, which `make test` orders its groups by (conftest)."""
 from __future__ import annotations
 
 import ast
+import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 from conftest import BUDGET
@@ -28,11 +32,6 @@ def test_a_group_runs_on_one_worker(tmp_path):
     suite's own grouping hook: pytest 9.2 stores a test's id where xdist 3.8 cannot append its
     `@group` suffix, and then every test went to whichever worker was free, each worker making
     the session's shared runs again (about three minutes of a `make test`)."""
-    import re
-    import shutil
-    import subprocess
-    import sys
-
     shutil.copy(TESTS / "conftest.py", tmp_path / "conftest.py")
     (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    e2e: x\n    mlflow: x\n")
     tests = "".join(f"def test_{n}():\n    time.sleep(0.2)\n\n" for n in "abcdef")
