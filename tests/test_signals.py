@@ -194,3 +194,61 @@ def test_a_command_that_returns_stops_its_guard(tmp_path):
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0 and out.split()[-1] == "returned", err
     assert "ended without stopping" not in err
+
+
+# A command that starts a process which is not its descendant by the time it dies (started
+# through a shell that has already exited, as a process spawned in the last moments of an
+# engine start given up on is not yet on the guard's list), then is killed outright.
+ORPHANING = textwrap.dedent(
+    """
+    import os, subprocess, sys, time
+    from harness.proc.orphans import guard_descendants
+    with guard_descendants():
+        started = subprocess.run(
+            ["sh", "-c", "sleep 312 >/dev/null 2>&1 & echo $!"], capture_output=True, check=True
+        )
+        print(int(started.stdout), flush=True)  # the shell is gone: its child is an orphan
+        time.sleep(300)
+    """
+)
+
+
+def test_a_process_no_longer_our_descendant_is_stopped_by_its_mark():
+    proc = subprocess.Popen(
+        [sys.executable, "-c", ORPHANING],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=str(REPO),
+        start_new_session=True,
+    )
+    orphan = None
+    try:
+        orphan = psutil.Process(int(proc.stdout.readline()))
+        assert orphan.ppid() != proc.pid  # reparented: no parent chain leads to the command
+        assert orphan.pid not in [p.pid for p in psutil.Process(proc.pid).children(True)]
+        proc.kill()
+        proc.wait(10)
+        wait_for(lambda: not alive([orphan]), 20, "the orphaned process to be stopped")
+        stderr = proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        if orphan is not None:
+            with contextlib.suppress(psutil.Error):
+                orphan.kill()
+    assert f"(pid {orphan.pid})" in stderr and "ended without stopping 1 process(es)" in stderr
+
+
+def test_the_mark_is_the_commands_own_and_a_child_command_adds_to_it():
+    from harness.proc.orphans import OWNERS_ENV, guard_descendants
+
+    assert OWNERS_ENV not in os.environ
+    with guard_descendants():
+        outer = os.environ[OWNERS_ENV]
+        with guard_descendants():
+            inner = os.environ[OWNERS_ENV]
+        assert os.environ[OWNERS_ENV] == outer
+    assert OWNERS_ENV not in os.environ
+    assert len(outer.split(":")) == 1 and inner.split(":")[0] == outer
+    assert len(inner.split(":")) == 2 and inner.split(":")[1] != outer

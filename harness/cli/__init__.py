@@ -55,9 +55,11 @@ def _exit_now_if_loadgen_running(code: int) -> None:
     call into a finalizing Python. The engine is already stopped and the logs are on disk:
     exit at once."""
     from harness.run.runner import loadgen_still_running
+    from sut.engine import remove_ipc_dirs
     from sut.lifecycle import engine_start_abandoned
 
     if loadgen_still_running() or engine_start_abandoned():
+        remove_ipc_dirs()  # what atexit would have removed
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)

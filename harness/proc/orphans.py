@@ -11,6 +11,15 @@ stops whatever of that list still runs (SIGTERM, so an engine core takes its wor
 SIGKILL after `GRACE_S`) and says so on stderr. When the command returns, the guard is stopped
 and does nothing.
 
+A process started in the last moments before the main process died (an engine start given up
+on by its timeout goes on spawning until the main process exits) is not on that list yet, and
+an orphan cannot be told from anybody else's process by its parent any more. So the command
+also marks its environment with a token of its own (`OWNERS_ENV`, a list: a child run adds its
+token to its parent's), which every descendant inherits; the guard also stops every process
+whose environment holds its token, until none is left. (An orphaned vLLM engine core waits
+five minutes for a handshake from a front end that is gone, holding the command's stdout and
+stderr open all that time.)
+
 The guard runs in a session of its own and ignores SIGINT, SIGTERM and SIGHUP: a Ctrl-C to
 the terminal's process group or a scheduler's SIGTERM must leave it there to clean up after
 the main process. It ends by itself with the main process.
@@ -32,12 +41,15 @@ import os
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 
 import psutil
 
 POLL_S = 1.0
 GRACE_S = 5.0
+OWNERS_ENV = "MLPERF_VLLM_OWNERS"
+MAX_ROUNDS = 5  # stop, look again: a process being stopped may have started another
 
 
 @contextlib.contextmanager
@@ -46,22 +58,31 @@ def guard_descendants() -> Iterator[None]:
     if os.name != "posix":
         yield
         return
+    token = uuid.uuid4().hex
+    before = os.environ.get(OWNERS_ENV)
+    os.environ[OWNERS_ENV] = f"{before}:{token}" if before else token
     try:
-        guard = subprocess.Popen(
-            [sys.executable, os.path.abspath(__file__), str(os.getpid())],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            start_new_session=True,
-            close_fds=True,
-        )
-    except OSError:  # no guard is no reason not to run
-        yield
-        return
-    try:
-        yield
+        try:
+            guard = subprocess.Popen(
+                [sys.executable, os.path.abspath(__file__), str(os.getpid()), token],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                start_new_session=True,
+                close_fds=True,
+            )
+        except OSError:  # no guard is no reason not to run
+            yield
+            return
+        try:
+            yield
+        finally:
+            guard.kill()
+            guard.wait()
     finally:
-        guard.kill()
-        guard.wait()
+        if before is None:
+            os.environ.pop(OWNERS_ENV, None)
+        else:
+            os.environ[OWNERS_ENV] = before
 
 
 def _still_ours(procs: dict[int, psutil.Process]) -> list[psutil.Process]:
@@ -79,8 +100,37 @@ def _still_ours(procs: dict[int, psutil.Process]) -> list[psutil.Process]:
     return list(found.values())
 
 
-def watch(parent: int, poll_s: float = POLL_S, grace_s: float = GRACE_S) -> None:
-    """The guard's loop: follow `parent`'s descendants until `parent` is gone, then stop them."""
+def _marked(token: str) -> list[psutil.Process]:
+    """Every process but this one whose environment carries `token` in OWNERS_ENV."""
+    me = os.getpid()
+    found = []
+    for p in psutil.process_iter():
+        if p.pid == me:
+            continue
+        try:
+            if token in p.environ().get(OWNERS_ENV, "").split(":"):
+                found.append(p)
+        except psutil.Error:  # gone, a zombie, or somebody else's
+            continue
+    return found
+
+
+def _stop(procs: list[psutil.Process], grace_s: float) -> None:
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            p.terminate()
+    _, alive = psutil.wait_procs(procs, timeout=grace_s)
+    for p in alive:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    psutil.wait_procs(alive, timeout=grace_s)
+
+
+def watch(
+    parent: int, token: str | None = None, poll_s: float = POLL_S, grace_s: float = GRACE_S
+) -> None:
+    """The guard's loop: follow `parent`'s descendants until `parent` is gone, then stop them
+    and every process marked with `token`."""
     me = os.getpid()
     known: dict[int, psutil.Process] = {}
     while os.getppid() == parent:
@@ -92,28 +142,29 @@ def watch(parent: int, poll_s: float = POLL_S, grace_s: float = GRACE_S) -> None
             break
         known = {pid: p for pid, p in known.items() if p.is_running()}
         time.sleep(poll_s)
-    left = _still_ours(known)
-    if not left:
-        return
-    names = []
-    for p in left:
-        with contextlib.suppress(psutil.Error):
-            names.append(f"{p.name()} (pid {p.pid})")
-    with contextlib.suppress(OSError):
-        sys.stderr.write(
-            f"mlperf-vllm: the main process (pid {parent}) ended without stopping "
-            f"{len(left)} process(es) of its own; stopping them: {', '.join(names)}\n"
-        )
-        sys.stderr.flush()
-    for p in left:
-        with contextlib.suppress(psutil.Error):
-            p.terminate()
-    _, alive = psutil.wait_procs(left, timeout=grace_s)
-    for p in alive:
-        with contextlib.suppress(psutil.Error):
-            p.kill()
-    psutil.wait_procs(alive, timeout=grace_s)
+    said = False
+    for _ in range(MAX_ROUNDS):
+        left = {p.pid: p for p in _still_ours(known)}
+        if token:
+            for p in _marked(token):
+                left.setdefault(p.pid, p)
+        known = {}
+        if not left:
+            return
+        if not said:
+            names = []
+            for p in left.values():
+                with contextlib.suppress(psutil.Error):
+                    names.append(f"{p.name()} (pid {p.pid})")
+            with contextlib.suppress(OSError):
+                sys.stderr.write(
+                    f"mlperf-vllm: the main process (pid {parent}) ended without stopping "
+                    f"{len(left)} process(es) of its own; stopping them: {', '.join(names)}\n"
+                )
+                sys.stderr.flush()
+            said = True
+        _stop(list(left.values()), grace_s)
 
 
 if __name__ == "__main__":
-    watch(int(sys.argv[1]))
+    watch(int(sys.argv[1]), sys.argv[2] if len(sys.argv) > 2 else None)
