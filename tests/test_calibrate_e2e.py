@@ -10,7 +10,7 @@ and the longer run at its target was INVALID.)
 
 Interactive: one trial under the `-interactive` LoadGen name and its 500/30 ms limits.
 
-Time budget: 270 s: two calibrations, three engine starts (measured 262 s beside other work).
+Time budget: 280 s: two calibrations, three engine starts (measured 262 s beside other work).
 """
 
 from __future__ import annotations
@@ -46,7 +46,9 @@ def test_server_calibration_holds_for_a_run_several_times_longer(
     proc = cli(
         *("calibrate", "--benchmark", "llama3_1-8b", "--scenario", "Server"),
         *("--model", str(tiny_model), "--dataset", str(tiny_dataset), "--output", str(out)),
-        *("--min-duration-s", str(CONFIRM_S), "--trials", "4", "--trial-s", str(TRIAL_S)),
+        # Five trials: the first three may all be over capacity when another engine computes
+        # on the other core (a CI run found 0.46 of the Offline rate sustainable).
+        *("--min-duration-s", str(CONFIRM_S), "--trials", "5", "--trial-s", str(TRIAL_S)),
         # A wider backoff than the default 5%: the suite may run another engine beside this
         # one, and the confirmation must not hinge on the other worker's load.
         *("--measure-samples", "96", "--confirm", "--confirm-runs", "3", "--backoff", "0.15"),
@@ -67,8 +69,10 @@ def test_server_calibration_holds_for_a_run_several_times_longer(
         passed = line.endswith("-> pass")
         if passed:
             assert verdict["kept_up"] is True, line
-            assert verdict["completed_to_issued"] >= 0.97 and verdict["backlog_growth"] <= (
-                0.03 * verdict["issued_in_window"]
+            assert verdict["backlog_growth"] <= verdict["allowed_growth"]
+            assert verdict["allowed_growth"] == pytest.approx(
+                max(0.03 * verdict["issued_in_window"], 2 * verdict["mean_backlog"] ** 0.5),
+                abs=2e-4,
             )
         if verdict["kept_up"] is not True:
             assert not passed, line

@@ -112,8 +112,9 @@ def _sustained_text(v: Mapping[str, Any]) -> str:
         return f"not judged: {v.get('reason')}"
     head = "yes" if v["kept_up"] else "NO (the queue grew: this rate is over capacity)"
     return (
-        f"{head}; completed {v['completed_to_issued']:.3f} of issued, backlog "
-        f"{v['backlog_start']:.0f} -> {v['backlog_end']:.0f} over {v['window_start_s']:.0f}-"
+        f"{head}; backlog {v['backlog_start']:.0f} -> {v['backlog_end']:.0f} (growth allowed "
+        f"{v.get('allowed_growth', 0):.0f}), completed {v['completed_to_issued']:.3f} of issued "
+        f"over {v['window_start_s']:.0f}-"
         f"{v['window_end_s']:.0f} s (timeline.png)"
     )
 

@@ -6,10 +6,16 @@ the backlog (samples issued and not yet completed) grows by (target - capacity) 
 and a 10-30 s test is over before that shows in a p99, while a 600 s run at the same rate is
 INVALID. So a test is judged also by its steady part: from the moment the engine filled up (twice
 the median sample latency after the first issue, at least a tenth of the issue span) to the last
-issue (what follows is the drain). Over that window
-- the samples completed must match the samples issued (within `tolerance`), and
-- the backlog's trend (least-squares slope x window length) must not grow by more than
-  `tolerance` of the samples issued in the window.
+issue (what follows is the drain). Over that window the backlog's trend (least-squares slope x
+window length) must not grow by more than the larger of
+- `tolerance` of the samples issued in the window, and
+- the backlog's own noise: twice the standard deviation of a Poisson count with the window's
+  mean backlog (a queue that keeps up still holds rate x latency samples, and that number
+  wanders by about its square root).
+The samples completed in the window against those issued are reported, not judged: that ratio
+is the backlog at two instants, and in a short trial its noise alone says "fell behind" for a
+queue that keeps up (an 8 s trial at 60% of a 4-slot engine's capacity: 29% of seeds, against
+3% for the rule above; tests/test_timeline.py).
 A window shorter than three median latencies, or with fewer than MIN_WINDOW_SAMPLES issued,
 cannot tell a queue that grows from one that fills: the verdict is then "not judged" and a
 calibration trial so judged does not pass (make it longer).
@@ -54,6 +60,8 @@ class SustainedVerdict:
     backlog_start: float  # fitted backlog at the window's start and end
     backlog_end: float
     backlog_growth: float  # fitted end - start
+    mean_backlog: float  # over the window
+    allowed_growth: float  # max(tolerance x issued in the window, 2 sqrt(mean backlog))
     peak_backlog: int
     peak_in_engine: int
     drain_s: float  # last completion - last issue
@@ -113,6 +121,8 @@ def judge_sustained(
             backlog_start=0.0,
             backlog_end=0.0,
             backlog_growth=0.0,
+            mean_backlog=0.0,
+            allowed_growth=0.0,
             peak_backlog=0,
             peak_in_engine=0,
             drain_s=0.0,
@@ -136,6 +146,8 @@ def judge_sustained(
     slope, icept = _fit(xs, ys)
     b_start, b_end = slope * start + icept, slope * end + icept
     growth = b_end - b_start
+    mean_backlog = sum(ys) / len(ys)
+    allowed = max(tolerance * issued_w, 2 * math.sqrt(mean_backlog))
     peak = max((_backlog_at(issues, dones, t) for t in issues), default=0)
     peak_engine = max((g[3] for g in gauges), default=0)
     ratio = completed_w / issued_w if issued_w else 0.0
@@ -151,6 +163,8 @@ def judge_sustained(
         backlog_start=b_start,
         backlog_end=b_end,
         backlog_growth=growth,
+        mean_backlog=mean_backlog,
+        allowed_growth=allowed,
         peak_backlog=peak,
         peak_in_engine=peak_engine,
         drain_s=max(dones[-1] - last_issue, 0.0),
@@ -164,19 +178,21 @@ def judge_sustained(
             "needed to tell a growing queue from a filling one"
         )
         return SustainedVerdict(kept_up=None, reason=reason, **common)  # type: ignore[arg-type]
-    problems = []
-    if ratio < 1 - tolerance:
-        problems.append(
-            f"completed {completed_w} of {issued_w} issued in the steady part "
-            f"({ratio:.3f} < {1 - tolerance:.2f})"
+    if growth > allowed:
+        bound = (
+            f"{tolerance:.0%} of {issued_w} issued"
+            if allowed == tolerance * issued_w
+            else f"2 sqrt of its mean {mean_backlog:.0f}"
         )
-    if growth > tolerance * issued_w:
-        problems.append(
-            f"the backlog grew by {growth:.0f} samples over {window:.0f} s "
-            f"(> {tolerance:.0%} of {issued_w} issued)"
+        reason = (
+            f"the backlog grew by {growth:.0f} samples over {window:.0f} s (> {allowed:.1f}: "
+            f"{bound}); completed {completed_w} of {issued_w} issued in the steady part"
         )
-    reason = "; ".join(problems) or "completions kept pace with issues and the backlog was flat"
-    return SustainedVerdict(kept_up=not problems, reason=reason, **common)  # type: ignore[arg-type]
+        return SustainedVerdict(kept_up=False, reason=reason, **common)  # type: ignore[arg-type]
+    reason = (
+        f"the backlog stayed flat ({growth:+.0f} samples over {window:.0f} s, within {allowed:.1f})"
+    )
+    return SustainedVerdict(kept_up=True, reason=reason, **common)  # type: ignore[arg-type]
 
 
 def _count_between(times: Sequence[float], start: float, end: float) -> int:
