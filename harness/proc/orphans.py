@@ -142,28 +142,30 @@ def watch(
             break
         known = {pid: p for pid, p in known.items() if p.is_running()}
         time.sleep(poll_s)
-    said = False
-    for _ in range(MAX_ROUNDS):
+    for round_ in range(MAX_ROUNDS):
         left = {p.pid: p for p in _still_ours(known)}
         if token:
             for p in _marked(token):
                 left.setdefault(p.pid, p)
-        known = {}
+        known = {}  # later rounds: whatever still carries the token
         if not left:
             return
-        if not said:
-            names = []
-            for p in left.values():
-                with contextlib.suppress(psutil.Error):
-                    names.append(f"{p.name()} (pid {p.pid})")
-            with contextlib.suppress(OSError):
-                sys.stderr.write(
-                    f"mlperf-vllm: the main process (pid {parent}) ended without stopping "
-                    f"{len(left)} process(es) of its own; stopping them: {', '.join(names)}\n"
-                )
-                sys.stderr.flush()
-            said = True
+        if round_ == 0:
+            _announce(parent, list(left.values()))
         _stop(list(left.values()), grace_s)
+
+
+def _announce(parent: int, left: list[psutil.Process]) -> None:
+    names = []
+    for p in left:
+        with contextlib.suppress(psutil.Error):
+            names.append(f"{p.name()} (pid {p.pid})")
+    with contextlib.suppress(OSError):
+        sys.stderr.write(
+            f"mlperf-vllm: the main process (pid {parent}) ended without stopping "
+            f"{len(left)} process(es) of its own; stopping them: {', '.join(names)}\n"
+        )
+        sys.stderr.flush()
 
 
 if __name__ == "__main__":

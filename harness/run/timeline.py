@@ -147,7 +147,8 @@ def judge_sustained(
     b_start, b_end = slope * start + icept, slope * end + icept
     growth = b_end - b_start
     mean_backlog = sum(ys) / len(ys)
-    allowed = max(tolerance * issued_w, 2 * math.sqrt(mean_backlog))
+    by_share, by_noise = tolerance * issued_w, 2 * math.sqrt(mean_backlog)
+    allowed = max(by_share, by_noise)
     peak = max((_backlog_at(issues, dones, t) for t in issues), default=0)
     peak_engine = max((g[3] for g in gauges), default=0)
     ratio = completed_w / issued_w if issued_w else 0.0
@@ -181,7 +182,7 @@ def judge_sustained(
     if growth > allowed:
         bound = (
             f"{tolerance:.0%} of {issued_w} issued"
-            if allowed == tolerance * issued_w
+            if by_share >= by_noise
             else f"2 sqrt of its mean {mean_backlog:.0f}"
         )
         reason = (
