@@ -17,6 +17,17 @@
 #                          SUT options: WARMUP=N (untimed warm-up of N prompts before the test),
 #                          ORDER=longest-first|shortest-first (samples to the engine by prompt
 #                          length), PRICE=DOLLARS (adds $ per million output tokens)
+#   bench/gpu.sh vs-raw SCENARIO [--engine-arg K=V ...]   the raw AsyncLLM under Poisson arrivals
+#                          against our SUT under LoadGen, one engine, same rates and prompts
+#                          (bench/server_vs_raw.py); RATES, POLICIES (prefill policies CAP[xEVERY],
+#                          live on the one engine), SUT_POLICIES (e.g. 1536,best), TRIAL_S
+#   bench/gpu.sh confirm SCENARIO TARGET POLICY [run args]  one `mlperf-vllm run` at TARGET QPS for
+#                          the conf's full min_duration (600 s) with --prefill-policy POLICY
+#   bench/gpu.sh study SCENARIO [--engine-arg K=V ...]  vs-raw, then `confirm` of the best policy at
+#                          0.97 x the rate where its SUT p99s reach the limits (else its best pass)
+#   bench/gpu.sh detach PART [args]   start a part in its own session (outlives the call; the
+#                          machine must stay held), output under $HOME/gpu-job; `collect` (WAIT=S
+#                          first) prints its progress and copies its files to $OUT
 #   bench/gpu.sh all       offline + server
 #   bench/gpu.sh probe     vLLM's own defaults (scheduler, compilation, fusion passes) as JSON
 #   bench/gpu.sh tune NAME [KEY=VALUE ...]   one engine config, FP8 + FP8 KV: a cold pass, then
@@ -38,6 +49,7 @@ REPEATS=${REPEATS:-2}
 DUMMY=(--engine-arg load_format=dummy --engine-arg skip_tokenizer_init=true
        --engine-arg max_model_len=4096)
 FP8=(--engine-arg quantization=fp8 --engine-arg kv_cache_dtype=fp8)
+[ -n "${NO_FP8:-}" ] && FP8=()  # CPU dry runs of a part
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
 python3 -c "import vllm, mlperf_loadgen; print('vllm', vllm.__version__)" | tee -a "$OUT/gpu.txt"
@@ -115,6 +127,60 @@ tune() {  # name, KEY=VALUE engine args...
     | grep -E '"summary"|"cold"|Error|error' | cut -c1-400
 }
 
+vs_raw() {  # scenario, engine args...
+  local scenario=$1; shift
+  local pol=(); [ -n "${POLICIES:-}" ] && pol+=(--policies "$POLICIES")
+  [ -n "${SUT_POLICIES:-}" ] && pol+=(--sut-policies "$SUT_POLICIES")
+  python3 bench/server_vs_raw.py --scenario "$scenario" --model "$MODEL" --random-prompts "${MEAN:-870}" \
+    --samples 2000 "${DUMMY[@]}" "${FP8[@]}" --ignore-eos --max-tokens 128 \
+    --duration-s "${TRIAL_S:-30}" --rates "${RATES:?set RATES=a,b}" --warmup-samples 300 \
+    --offline-samples "${OFFLINE_N:-1000}" "${pol[@]}" "$@" --json "$OUT/vsraw_$scenario.json" \
+    2>&1 | grep -E "^(engine|Offline|prefill|best|policy|  |.*[Ee]rror|Traceback)" \
+    | tee "$OUT/vsraw_$scenario.log"
+}
+
+# One `mlperf-vllm run` at a fixed target for the conf's full min_duration (mlperf.conf: 600 s).
+cli_confirm() {  # scenario, target QPS, prefill policy, run args...
+  local scenario=$1 target=$2 policy=$3; shift 3
+  local work=${TMPDIR:-/tmp}/gpu-bench; mkdir -p "$work"
+  local data; data=$(SAMPLES=2000 random_dataset "$MODEL" "${MEAN:-870}")
+  local name=$BENCHMARK; [ "$scenario" = Interactive ] && name=$BENCHMARK-interactive
+  local conf="$work/confirm_$scenario.conf" out="$work/confirm_${scenario}_$target"
+  printf '%s.Server.target_qps = %s\n' "$name" "$target" > "$conf"
+  # CPU dry runs only: a shorter run than mlperf.conf's 600 s
+  [ -n "${CONFIRM_MS:-}" ] && printf '*.Server.min_duration = %s\n' "$CONFIRM_MS" >> "$conf"
+  python3 -m harness.cli run --benchmark "$BENCHMARK" --scenario "$scenario" --mode performance \
+    --model "$MODEL" --dataset "$data" --output "$out" --user-conf "$conf" --overwrite \
+    --no-mlflow --no-progress --ignore-eos --max-tokens 128 "${DUMMY[@]}" "${FP8[@]}" \
+    --prefill-policy "$policy" "$@" 2>&1 | grep --line-buffered -v -E "^(\((EngineCore|Worker|MainProcess)|INFO|DEBUG)" \
+    | tee "$OUT/confirm_$scenario.log" | grep -E "validity|VALID|TTFT|TPOT|samples|kept|error|Error"
+  cp "$out/performance/mlperf_log_summary.txt" "$OUT/confirm_${scenario}_summary.txt" 2>/dev/null
+  cp "$out/timeline.png" "$OUT/confirm_${scenario}_timeline.png" 2>/dev/null
+  cp "$out/result.json" "$OUT/confirm_${scenario}_result.json" 2>/dev/null
+}
+
+study() {  # scenario, engine args...: vs-raw, then confirm the best policy
+  local scenario=$1; shift
+  vs_raw "$scenario" "$@"
+  local pick; pick=$(python3 - "$OUT/vsraw_$scenario.json" <<'PY'
+import json, sys
+doc = json.load(open(sys.argv[1]))
+rows = {(c["policy"], c["side"]): c for c in doc.get("capacity", [])}
+sut = [c for (p, s), c in rows.items() if s == "sut" and (c["crossing"] or c["best_pass"])]
+best = max(sut, key=lambda c: (c["crossing"] or 0) * 0.97 if c["crossing"] else c["best_pass"],
+           default=None)
+if best is None:
+    print("none 0"); sys.exit()
+target = round(best["crossing"] * 0.97, 2) if best["crossing"] else best["best_pass"]
+print(best["policy"], target)
+PY
+)
+  echo "study: confirm with policy/target: $pick" | tee -a "$OUT/vsraw_$scenario.log"
+  read -r policy target <<< "$pick"
+  if [ -z "${policy:-}" ] || [ "$policy" = none ]; then echo "study: no policy passed"; return 1; fi
+  cli_confirm "$scenario" "$target" "$policy" "$@"
+}
+
 probe() {
   python3 - <<'PY' 2>&1 | grep -v -E "^(INFO|DEBUG|WARNING)" | tee "$OUT/probe.txt"
 import dataclasses, json, vllm
@@ -168,6 +234,21 @@ case "${1:-all}" in
   calibrate-server) shift; SAMPLES=2000 cli_calibrate Server "${FP8[@]}" "${STACK_ARGS[@]}" "$@" ;;
   calibrate-interactive) shift; SAMPLES=2000 cli_calibrate Interactive "${FP8[@]}" \
       "${STACK_ARGS[@]}" "$@" ;;
+  vs-raw) shift; vs_raw "$@" ;;
+  confirm) shift; cli_confirm "$@" ;;
+  study) shift; study "$@" ;;
+  detach)  # copy the tree aside (a later call replaces this one), start PART in its own session
+    shift; job=$HOME/gpu-job; rm -rf "$job"; mkdir -p "$job/out"
+    cp -a . "$job/repo" || exit 1
+    (cd "$job/repo" && OUT=$job/out setsid nohup bash -c \
+      'bash bench/gpu.sh "$@"; echo "exit $?" > "$HOME/gpu-job/done"' _ "$@" \
+      > "$job/job.log" 2>&1 < /dev/null &)
+    sleep 2; echo "detached: $*; log $job/job.log" ;;
+  collect)
+    job=$HOME/gpu-job; sleep "${WAIT:-0}"
+    grep -v -E "^(\((EngineCore|Worker|MainProcess)|INFO|DEBUG|WARNING)" "$job/job.log" | tail -n 60
+    cp "$job"/out/* "$OUT/" 2>/dev/null
+    if [ -f "$job/done" ]; then echo "job: finished, $(cat "$job/done")"; else echo "job: running"; fi ;;
   probe) probe ;;
   tune) shift; tune "$@" ;;
   full) shift; name=$1; shift; SAMPLES=13368 cli_offline "full_$name" "$MODEL" 870 128 "$@" ;;

@@ -85,6 +85,13 @@ def _add_run_arguments(p: argparse.ArgumentParser) -> None:
         "(a SUT may process them in any order; default: LoadGen's)",
     )
     p.add_argument(
+        "--prefill-policy",
+        metavar="CAP[xEVERY]",
+        help="Server/Interactive: our scheduler in vLLM's engine core (sut/scheduling.py): at "
+        "most CAP prefill tokens per step, and with xEVERY prefill on one step in EVERY while "
+        "streams decode (e.g. 1024, 4096x4; 0: vLLM's own scheduling)",
+    )
+    p.add_argument(
         "--warmup-samples",
         type=int,
         default=0,
@@ -150,6 +157,20 @@ def _engine_overrides(args: argparse.Namespace, extra: list[str]) -> dict:
         value = getattr(args, name, None)
         if value is not None:
             overrides[name] = value
+    policy_text = getattr(args, "prefill_policy", None)
+    if policy_text:
+        from sut.scheduling import PolicyError, PrefillPolicy
+
+        try:
+            policy = PrefillPolicy.parse(policy_text)
+        except PolicyError as exc:
+            raise UsageError(f"--prefill-policy: {exc}") from None
+        if policy.active and overrides.get("scheduler_cls"):
+            raise UsageError(
+                "--prefill-policy installs its own scheduler_cls: drop --scheduler-cls "
+                f"{overrides['scheduler_cls']} or the policy"
+            )
+        overrides.update(policy.engine_kwargs(overrides.get("additional_config")))
     return overrides
 
 
