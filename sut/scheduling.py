@@ -91,9 +91,9 @@ class PrefillPolicy:
     @classmethod
     def parse(cls, text: str) -> PrefillPolicy:
         """`CAP` or `CAPxEVERY` (`1024`, `4096x4`, `0`): the bench and CLI spelling."""
-        cap, _, every = text.strip().lower().partition("x")
+        cap, sep, every = text.strip().lower().partition("x")
         try:
-            return cls(cap=int(cap), every=int(every or 1))
+            return cls(cap=int(cap), every=int(every) if sep else 1)
         except ValueError:
             raise PolicyError(
                 f"prefill policy {text!r}: write CAP or CAPxEVERY, e.g. 1024 or 4096x4"

@@ -113,11 +113,16 @@ class AsyncPrefillPolicyScheduler(_PrefillPolicyMixin, AsyncScheduler):
         self._init_policy(self.vllm_config)
 
 
+def variant_for(vllm_config: Any) -> type[Scheduler]:
+    """Our subclass of the scheduler vLLM would pick for this engine's config."""
+    if getattr(vllm_config.scheduler_config, "async_scheduling", False):
+        return AsyncPrefillPolicyScheduler
+    return SyncPrefillPolicyScheduler
+
+
 class PrefillPolicyScheduler:
     """What `scheduler_cls` names: builds the variant whose base vLLM would have picked."""
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:  # type: ignore[misc]
         vllm_config = kwargs.get("vllm_config", args[0] if args else None)
-        is_async = bool(getattr(vllm_config.scheduler_config, "async_scheduling", False))
-        variant = AsyncPrefillPolicyScheduler if is_async else SyncPrefillPolicyScheduler
-        return variant(*args, **kwargs)
+        return variant_for(vllm_config)(*args, **kwargs)
