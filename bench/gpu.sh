@@ -152,7 +152,7 @@ cli_confirm() {  # scenario, target QPS, prefill policy, run args...
   python3 -m harness.cli run --benchmark "$BENCHMARK" --scenario "$scenario" --mode performance \
     --model "$MODEL" --dataset "$data" --output "$out" --user-conf "$conf" --overwrite \
     --no-mlflow --no-progress --ignore-eos --max-tokens 128 "${DUMMY[@]}" "${FP8[@]}" \
-    --prefill-policy "$policy" "$@" 2>&1 | grep --line-buffered -v -E "^(\((EngineCore|Worker|MainProcess)|INFO|DEBUG)" \
+    --prefill-policy "$policy" "${SUT_OPTS[@]}" "$@" 2>&1 | grep --line-buffered -v -E "^(\((EngineCore|Worker|MainProcess)|INFO|DEBUG)" \
     | tee "$OUT/confirm_$scenario.log" | grep -E "validity|VALID|TTFT|TPOT|samples|kept|error|Error"
   cp "$out/performance/mlperf_log_summary.txt" "$OUT/confirm_${scenario}_summary.txt" 2>/dev/null
   cp "$out/timeline.png" "$OUT/confirm_${scenario}_timeline.png" 2>/dev/null

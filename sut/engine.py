@@ -349,8 +349,11 @@ def shutdown_llm(llm: Any) -> None:
         core.shutdown()
 
 
-def create_async_engine(config: EngineConfig, *, gpu: bool | None = None):
-    """The asynchronous engine (`AsyncLLM`), for Server / Interactive / SingleStream."""
+def create_async_engine(
+    config: EngineConfig, *, gpu: bool | None = None, stat_loggers: list[Any] | None = None
+):
+    """The asynchronous engine (`AsyncLLM`), for Server / Interactive / SingleStream.
+    `stat_loggers`: vLLM stat-logger factories (they see stats only while they are on)."""
     gpu = has_nvidia_gpu() if gpu is None else gpu
     _prepare_environment(gpu)
     warn_if_not_compliant(config)
@@ -361,6 +364,8 @@ def create_async_engine(config: EngineConfig, *, gpu: bool | None = None):
     except ImportError:  # pragma: no cover - older layout
         from vllm import AsyncLLMEngine as AsyncLLM  # type: ignore[no-redef]
     args = AsyncEngineArgs(**config.all_kwargs())
+    if stat_loggers:
+        return AsyncLLM.from_engine_args(args, stat_loggers=stat_loggers)
     return AsyncLLM.from_engine_args(args)
 
 

@@ -160,7 +160,10 @@ class OfflineSUT(EngineSUT):
             self.ledger.progress()  # adding is work: the stall clock must not run meanwhile
 
     def _engine_inputs(self, indices: Sequence[int]) -> list[Any]:
-        prompts = [self._prompt_type(prompt_token_ids=list(self._prompts[i])) for i in indices]
+        return self._render([self._prompts[i] for i in indices])
+
+    def _render(self, token_lists: Sequence[Sequence[int]]) -> list[Any]:
+        prompts = [self._prompt_type(prompt_token_ids=list(t)) for t in token_lists]
         # vLLM >= 0.32 wants rendered engine inputs (raw prompts are deprecated there); older
         # engines (0.26) have no renderer and take the token prompt itself.
         renderer: Any = getattr(self._engine, "renderer", None)
@@ -203,12 +206,12 @@ class OfflineSUT(EngineSUT):
                 pending.clear()
         self._progress.close()
 
-    def warm_up(self, indices: Sequence[int]) -> int:
-        """Generate these samples on the engine before the LoadGen test, outside its timing (the
-        rules allow warm-up): the first passes pay for compilation and graph capture. Call it
-        before LoadGen starts only: the worker thread drives the engine once samples come.
-        Returns the number of warm-up requests that finished."""
-        for i, prompt in enumerate(self._engine_inputs(indices)):
+    def warm_up(self, prompts: Sequence[Sequence[int]]) -> int:
+        """Generate these prompts (token ids) on the engine before the LoadGen test, outside its
+        timing (the rules allow warm-up): the first passes pay for compilation and graph
+        capture. Call it before LoadGen starts only: the worker thread drives the engine once
+        samples come. Returns the number of warm-up requests that finished."""
+        for i, prompt in enumerate(self._render(prompts)):
             self._engine.add_request(f"warmup-{i}", prompt, self._params)
         finished = 0
         while self._engine.has_unfinished_requests():

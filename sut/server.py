@@ -59,7 +59,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import mlperf_loadgen as lg
@@ -117,6 +117,9 @@ class Timeline:
 
     samples: list[tuple[float, float, float, int]]
     gauges: list[tuple[float, int, int, int]]
+    # (time, running, waiting, KV cache use 0-1, preemptions so far): vLLM's own scheduler
+    # stats at each gauge, when the SUT was built with engine_stats (else empty)
+    engine: list[tuple[float, int, int, float, int]] = field(default_factory=list)
 
 
 class ServerSUT(EngineSUT):
@@ -141,8 +144,10 @@ class ServerSUT(EngineSUT):
         max_in_flight: int | None = None,
         final_only: bool = False,
         start_timeout_s: float | None = None,
+        engine_view: Any = None,
     ):
         super().__init__(name, Ledger(streaming=True, on_error=self.fail))
+        self._engine_view = engine_view  # sut.engine_stats.EngineView, or None
         self._prompt_type = tokens_prompt
         self._report_first = not final_only  # `sampling_params` must then be FINAL_ONLY
         self._prompts = prompts
@@ -160,6 +165,7 @@ class ServerSUT(EngineSUT):
         self._warned_single = False
         self._samples: list[tuple[float, float, float, int]] = []
         self._gauges: list[tuple[float, int, int, int]] = []
+        self._engine_gauges: list[tuple[float, int, int, float, int]] = []
         self._progress = Progress(progress, name)
         self._loop = asyncio.new_event_loop()
         self._limit: asyncio.Semaphore | None = None
@@ -200,17 +206,26 @@ class ServerSUT(EngineSUT):
         max_in_flight: int | None = None,
         final_only: bool = False,
         start_timeout_s: float | None = None,
+        engine_stats: bool = False,
     ) -> ServerSUT:
         """The runner's entry: an `EngineConfig` and `make_sampling_params` keyword arguments.
-        `final_only`: Offline (data parallel): final outputs only, no first-token reports."""
+        `final_only`: Offline (data parallel): final outputs only, no first-token reports.
+        `engine_stats`: sample vLLM's scheduler stats into the timeline (turns its stats on)."""
         from sut.engine import EngineConfig, create_async_engine, make_sampling_params
 
-        config = EngineConfig(
-            engine_config.model, {**SERVER_ENGINE_DEFAULTS, **dict(engine_config.kwargs)}
-        )
+        defaults = dict(SERVER_ENGINE_DEFAULTS)
+        view = None
+        loggers = None
+        if engine_stats:
+            from sut.engine_stats import EngineView
+
+            defaults["disable_log_stats"] = False
+            view = EngineView()
+            loggers = [view.logger_factory()]
+        config = EngineConfig(engine_config.model, {**defaults, **dict(engine_config.kwargs)})
         params = make_sampling_params(**dict(sampling), stream=not final_only)
         return cls(
-            lambda: create_async_engine(config),
+            lambda: create_async_engine(config, stat_loggers=loggers),
             prompts,
             params,
             progress=progress,
@@ -218,6 +233,7 @@ class ServerSUT(EngineSUT):
             max_in_flight=max_in_flight,
             final_only=final_only,
             start_timeout_s=start_timeout_s,
+            engine_view=view,
         )
 
     def limit_in_flight(self, max_in_flight: int | None) -> None:
@@ -263,18 +279,20 @@ class ServerSUT(EngineSUT):
             await asyncio.sleep(GAUGE_PERIOD_S)
             stats = self.stats
             if stats.issued:
-                self._gauges.append(
-                    (time.monotonic(), stats.issued, stats.completed, stats.engine_in_flight)
-                )
+                now = time.monotonic()
+                self._gauges.append((now, stats.issued, stats.completed, stats.engine_in_flight))
+                if self._engine_view is not None:
+                    self._engine_gauges.append((now, *self._engine_view.snapshot()))
 
     def reset_stats(self) -> None:
         super().reset_stats()
         self._samples = []
         self._gauges = []
+        self._engine_gauges = []
 
     def timeline(self) -> Timeline:
         """The current test's record (see the module docstring); copies, safe from any thread."""
-        return Timeline(list(self._samples), list(self._gauges))
+        return Timeline(list(self._samples), list(self._gauges), list(self._engine_gauges))
 
     async def _watch_engine(self) -> None:
         while not self._closed:
@@ -282,6 +300,26 @@ class ServerSUT(EngineSUT):
             engine = self._engine
             if self.error is None and engine is not None and getattr(engine, "errored", False):
                 self.fail(_engine_dead_error(engine))
+
+    def warm_up(self, prompts: Sequence[Sequence[int]], timeout_s: float | None = None) -> int:
+        """Generate these prompts (token ids) all at once before the LoadGen test, outside its
+        timing and outside every record of the test (stats, ledger, timeline). Call it before
+        LoadGen starts. Returns the number of warm-up requests that finished."""
+
+        async def one(i: int, prompt: Sequence[int]) -> bool:
+            finished = False
+            request = self._prompt_type(prompt_token_ids=list(prompt))
+            async for out in self._engine.generate(request, self._params, f"warmup-{i}"):
+                finished = bool(out.finished)
+            return finished
+
+        async def all_of_them() -> int:
+            done = await asyncio.gather(*(one(i, p) for i, p in enumerate(prompts)))
+            return sum(done)
+
+        if self.error is not None or self._engine is None:
+            return 0
+        return int(self._call(all_of_them(), timeout=timeout_s))
 
     # LoadGen callbacks -----------------------------------------------------------------------
     def issue_queries(self, query_samples) -> None:

@@ -45,6 +45,7 @@ SMOKE = REPO / "user_confs" / "smoke"
 SHARED_NLTK_DATA = REPO.parent / "shared" / "nltk_data"
 
 TINY_SAMPLES = 24  # the session's synthetic dataset
+SERVER_WARMUP = 8  # warm-up prompts before the session's Server smoke run
 
 
 def pytest_configure(config):
@@ -306,6 +307,9 @@ def _server_smoke_attempt(tiny_model, tiny_dataset, tmp_path_factory) -> ProbedR
         "--max-tokens",
         SERVER_MAX_TOKENS,
         "--test06",  # TEST06 on the same engine: test_package_e2e packages it
+        "--warmup-samples",  # an untimed burst of other prompts first (test_server_e2e)
+        str(SERVER_WARMUP),
+        "--engine-stats",  # vLLM's scheduler stats in the timeline (test_server_e2e)
         scenario="Server",
         mode="both",
     )

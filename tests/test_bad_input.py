@@ -246,10 +246,6 @@ def test_unknown_benchmark_and_engine_flag(capsys, tiny_model, tiny_dataset, tmp
     [
         (["--price-per-hour", "-1"], ["--price-per-hour must be a positive"]),
         (["--warmup-samples", "-3"], ["--warmup-samples must be 0 or more"]),
-        (
-            ["--warmup-samples", "4", "--data-parallel-size", "2"],
-            ["--warmup-samples applies to Offline on one engine", "data_parallel_size 2"],
-        ),
     ],
 )
 def test_bad_sut_options(capsys, tiny_model, tiny_dataset, tmp_path, extra, needles):

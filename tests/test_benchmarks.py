@@ -62,6 +62,7 @@ NAME_ALLOW_LIST = {
     "harness/cli/assets.py": "make-dataset's default --benchmark",
     "bench/offline_overhead.py": "the preset a benchmark script measures",
     "bench/server_capacity.py": "the preset a benchmark script measures",
+    "bench/server_vs_raw.py": "the preset a benchmark script measures",
 }
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import SERVER_MAX_TOKENS, cli, run_args
+from tests.conftest import SERVER_MAX_TOKENS, SERVER_WARMUP, cli, run_args
 from tests.procs import (
     assert_all_gone,
     engine_cores,
@@ -92,6 +92,22 @@ def test_server_run_is_valid_with_many_queries_in_flight(server_run):
     assert stats["peak_engine_in_flight"] >= 4, stats
     queries = _detail(out / "performance")["result_query_count"]
     assert stats["issued"] == stats["completed"] == queries >= 500
+    # The warm-up ran to the end before the test and left no trace in the test's records:
+    # the SUT's counts above are LoadGen's queries alone, and so is the timeline.
+    warm = result["warmup"]
+    assert warm["samples"] == warm["finished"] == SERVER_WARMUP and warm["s"] > 0, warm
+    timeline = json.loads((out / "timeline.json").read_text())
+    assert timeline["series"][-1]["completed"] == queries
+    # `--engine-stats`: vLLM's own view beside ours, every step; the engine had requests
+    # running while ours were in it, never more than its max_num_seqs, no KV overflow.
+    engine = [
+        (r["running"], r["waiting"], r["kv_cache_pct"], r["preemptions"])
+        for r in timeline["series"]
+    ]
+    max_seqs = result["engine_resolved"]["max_num_seqs"]
+    assert max(e[0] for e in engine) >= 2 and all(0 <= e[0] <= max_seqs for e in engine), engine
+    assert all(e[1] >= 0 and 0 <= e[2] <= 100 and e[3] >= 0 for e in engine), engine
+    assert any(e[2] > 0 for e in engine), engine
     # FirstTokenComplete before QuerySamplesComplete for every query: checked by the SUT as
     # it made the calls, and by LoadGen, which logs an error for a completion without one.
     assert stats["first_token_before_complete"] == queries

@@ -92,12 +92,19 @@ def _add_run_arguments(p: argparse.ArgumentParser) -> None:
         "streams decode (e.g. 1024, 4096x4; 0: vLLM's own scheduling)",
     )
     p.add_argument(
+        "--engine-stats",
+        action="store_true",
+        help="Server/Interactive: sample vLLM's scheduler stats (running, waiting, KV cache use, "
+        "preemptions) into timeline.json / timeline.png (turns vLLM's stats on: some front-end "
+        "work per token)",
+    )
+    p.add_argument(
         "--warmup-samples",
         type=int,
         default=0,
         metavar="N",
-        help="Offline: generate the dataset's first N prompts before the LoadGen test, "
-        "untimed (the first passes pay for compilation and graph capture)",
+        help="generate N prompts before the LoadGen test, untimed: the dataset's lengths, "
+        "none of its prompts (the first passes pay for kernel selection and graph capture)",
     )
     p.add_argument(
         "--price-per-hour",
@@ -199,6 +206,7 @@ def build_run_request(args: argparse.Namespace, extra: list[str]):
         submission=args.submission,
         round=args.round,
         offline_order=args.offline_order,
+        engine_stats=args.engine_stats,
         warmup_samples=args.warmup_samples,
         price_per_hour=args.price_per_hour,
         stall_timeout_s=args.stall_timeout or None,

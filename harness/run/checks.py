@@ -26,15 +26,11 @@ def check_sut_options(req: Any) -> None:
     if req.price_per_hour is not None and req.price_per_hour <= 0:
         raise UsageError("--price-per-hour must be a positive number of dollars, e.g. 3.50")
     dp = int(req.engine_overrides.get("data_parallel_size") or 1)
-    for flag, used in (
-        ("--offline-order", req.offline_order != "arrival"),
-        ("--warmup-samples", req.warmup_samples > 0),
-    ):
-        if used and (req.scenario != "Offline" or dp > 1):
-            raise UsageError(
-                f"{flag} applies to Offline on one engine (data_parallel_size 1): drop it "
-                f"for {req.scenario}" + (f" with data_parallel_size {dp}" if dp > 1 else "")
-            )
+    if req.offline_order != "arrival" and (req.scenario != "Offline" or dp > 1):
+        raise UsageError(
+            "--offline-order applies to Offline on one engine (data_parallel_size 1): drop it "
+            f"for {req.scenario}" + (f" with data_parallel_size {dp}" if dp > 1 else "")
+        )
 
 
 # What a run writes into its output folder; an earlier run's are removed together before a

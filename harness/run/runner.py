@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import os
 import sys
-import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -41,6 +40,7 @@ from harness.run.checks import (
 )
 from harness.run.cost import add_cost
 from harness.run.environment import RUN_VERSION_DISTS, installed_versions
+from harness.run.loadgen_test import EngineFailure, loadgen_still_running, run_loadgen_test
 from harness.run.logs import ACCURACY_LOG, DETAIL_LOG, parse_detail_log, performance_result
 from harness.run.result import RESULT_FILE, TEST06_DIR, PreflightVerdict, RunResult
 from harness.run.settings import (
@@ -51,6 +51,8 @@ from harness.run.settings import (
     cap_performance_sample_count,
     set_mode,
 )
+from harness.run.timeline import record_timeline
+from harness.run.warmup import warm_up
 from sut.engine import describe_error, resolved_engine_args, resolved_settings, vllm_reason
 from sut.lifecycle import (
     DEFAULT_ENGINE_START_TIMEOUT_S,
@@ -89,7 +91,8 @@ class RunRequest:
     submission: bool = False
     round: str | None = None  # submission round the preflight judges by (harness.submission.rounds)
     offline_order: str = "arrival"  # sut.offline.ORDERS: samples to the engine by prompt length
-    warmup_samples: int = 0  # dataset prompts generated before the LoadGen test, untimed
+    engine_stats: bool = False  # vLLM's scheduler stats into the timeline (Server-like SUT)
+    warmup_samples: int = 0  # prompts (none of the test's) generated before it, untimed
     price_per_hour: float | None = None  # dollars: adds cost per million output tokens
     # No token for this long while samples are in flight fails the run (None: never).
     stall_timeout_s: float | None = DEFAULT_STALL_TIMEOUT_S
@@ -264,6 +267,7 @@ def build_sut(prep: PreparedRun) -> Any:
         name=scenario,
         final_only=scenario == "Offline",  # no per-token outputs, no first-token reports
         start_timeout_s=req.engine_start_timeout_s,
+        engine_stats=req.engine_stats,
     )
 
 
@@ -409,7 +413,7 @@ def _run_tests(
     stop_timeout_s = DEFAULT_STOP_TIMEOUT_S
     try:
         if req.warmup_samples:
-            _warm_up(sut, prep, result)
+            result.warmup = warm_up(sut, prep.dataset.prompts, req.warmup_samples)
         for mode in req.modes():
             set_mode(settings, mode)
             log_dir = out / mode
@@ -427,7 +431,10 @@ def _run_tests(
                 add_cost(perf, req.price_per_hour)
                 if req.scenario != "Offline":
                     add_latency_fields(perf, detail.values)
-                    perf.update(record_timeline(sut, settings, out, prep))
+                    title = f"{prep.loadgen_model} {req.scenario}"
+                    perf.update(
+                        record_timeline(sut, settings, out, title, prep.bench.server_limits)
+                    )
             else:
                 result.accuracy = {"log": str(log_dir / ACCURACY_LOG)}
             keep_stats(mode)
@@ -492,103 +499,6 @@ def _run_test06(
         except Exception as exc:  # the logs are on disk: `compliance test06` can judge them
             result.test06["error"] = " ".join(str(exc).split()) or type(exc).__name__
             print(f"warning: TEST06 not verified: {result.test06['error']}", flush=True)
-
-
-def _warm_up(sut: Any, prep: PreparedRun, result: RunResult) -> None:
-    """The dataset's first N prompts (cycled) on the engine before the LoadGen test, untimed.
-    Prefix caching is off by default, so the timed test gains no cache hits from them."""
-    n = prep.request.warmup_samples
-    t0 = time.monotonic()
-    finished = sut.warm_up([i % prep.dataset.size for i in range(n)])
-    result.warmup = {"samples": n, "finished": finished, "s": round(time.monotonic() - t0, 2)}
-    print(f"warm-up: {finished} of {n} samples in {result.warmup['s']} s, untimed", flush=True)
-
-
-LOADGEN_THREAD = "loadgen-test"
-ENGINE_FAILURE_GRACE_S = 3.0  # time LoadGen gets to end on its own once the engine failed
-
-
-class EngineFailure(RuntimeError):
-    """The engine died or failed a request during a LoadGen test (the run's results are void)."""
-
-
-def loadgen_still_running() -> bool:
-    """True while an abandoned LoadGen test thread of this process is alive."""
-    return any(t.name == LOADGEN_THREAD and t.is_alive() for t in threading.enumerate())
-
-
-def run_loadgen_test(
-    lg: Any,
-    sut: Any,
-    qsl: Any,
-    settings: Any,
-    log_settings: Any,
-    audit: Path,
-    mode: str,
-    stall_timeout_s: float | None = None,
-) -> None:
-    """StartTest on a worker thread, so this (main) thread keeps taking Ctrl-C, notices a
-    dead engine and watches for a stalled one (`sut.check`: no token for
-    `stall_timeout_s` while samples are in flight fails the SUT, which answers them).
-    LoadGen has no way to cut a test short: a Server test lasts its scheduled duration
-    whatever the SUT does. So on Ctrl-C, or when the engine failed and LoadGen does not end
-    within a grace period, the test is abandoned: the caller stops the engine and the process
-    exits; LoadGen's logs up to that moment are on disk (its logger flushes as it goes).
-    """
-    done = threading.Event()
-    failure: list[BaseException] = []
-
-    def target() -> None:
-        try:
-            lg.StartTestWithLogSettings(sut.handle, qsl.handle, settings, log_settings, str(audit))
-        except BaseException as exc:  # pragma: no cover - LoadGen reports errors in its log
-            failure.append(exc)
-        finally:
-            done.set()
-
-    thread = threading.Thread(target=target, name=LOADGEN_THREAD, daemon=True)
-    thread.start()
-    failed_at: float | None = None
-    while not done.wait(0.2):
-        if sut.error is None:
-            sut.check(stall_timeout_s)
-            continue
-        failed_at = failed_at or time.monotonic()
-        if time.monotonic() - failed_at > ENGINE_FAILURE_GRACE_S:
-            raise EngineFailure(
-                f"vLLM engine failed during the {mode} test: {describe_error(sut.error)}"
-            )
-    thread.join()
-    if failure:
-        raise failure[0]
-
-
-def record_timeline(sut: Any, settings: Any, out_dir: Path, prep: PreparedRun) -> dict[str, Any]:
-    """Server-like tests: the sustained-rate verdict and the backlog picture beside result.json
-    (harness/run/timeline.py). Nothing here may fail the run: the LoadGen logs are the result."""
-    timeline = getattr(sut, "timeline", None)
-    if timeline is None:
-        return {}
-    try:
-        from harness.run.timeline import judge_sustained, write_timeline
-
-        tl = timeline()
-        target = float(getattr(settings, "server_target_qps", 0) or 0) or None
-        verdict = judge_sustained(tl.samples, tl.gauges, target)
-        limits = prep.bench.server_limits
-        written = write_timeline(
-            out_dir,
-            tl.samples,
-            tl.gauges,
-            verdict,
-            title=f"{prep.loadgen_model} {prep.request.scenario} at {target or 0:g} QPS",
-            limits_ms=(limits.ttft_ms, limits.tpot_ms) if limits else (None, None),
-        )
-        print(verdict.line(), flush=True)
-        return {"sustained": verdict.to_dict(), "timeline": written}
-    except Exception as exc:  # pragma: no cover - a bug here must not cost the measurement
-        log.exception("timeline not recorded")
-        return {"timeline": {"error": f"{type(exc).__name__}: {exc}"}}
 
 
 def add_latency_fields(perf: dict[str, Any], v: Mapping[str, Any]) -> None:

@@ -28,11 +28,14 @@ from __future__ import annotations
 
 import bisect
 import json
+import logging
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 TIMELINE_JSON = "timeline.json"
 TIMELINE_PNG = "timeline.png"
@@ -41,6 +44,8 @@ MIN_WINDOW_SAMPLES = 50
 
 Sample = tuple[float, float, float, int]  # issued, first token, completed, tokens
 Gauge = tuple[float, int, int, int]  # time, issued, completed, in the engine
+# time, running, waiting, KV cache use (0-1), preemptions since the engine started (vLLM's own)
+EngineGauge = tuple[float, int, int, float, int]
 
 
 @dataclass(frozen=True)
@@ -207,10 +212,17 @@ def _p99(values: list[float]) -> float | None:
     return values[min(len(values) - 1, math.ceil(0.99 * len(values)) - 1)]
 
 
-def series(samples: Sequence[Sample], gauges: Sequence[Gauge], step_s: float | None = None):
+def series(
+    samples: Sequence[Sample],
+    gauges: Sequence[Gauge],
+    step_s: float | None = None,
+    engine: Sequence[EngineGauge] = (),
+):
     """Per-step rows: t, issued, completed, backlog, in the engine, and the p99 TTFT / TPOT (ms)
     of the samples whose first token / completion fell in the step (the SUT's own clock: close
-    to LoadGen's, which starts at the scheduled issue time)."""
+    to LoadGen's, which starts at the scheduled issue time). With `engine` (vLLM's scheduler
+    stats, sampled with the gauges) also running, waiting, kv_cache_pct and preemptions (since
+    the test started) at the step's end."""
     if not samples:
         return []
     issues = sorted(s[0] for s in samples)
@@ -226,6 +238,8 @@ def series(samples: Sequence[Sample], gauges: Sequence[Gauge], step_s: float | N
         if tokens > 1:
             tpot[min(n - 1, int((done - t0) / step_s))].append((done - first) * 1e3 / (tokens - 1))
     gauge_times = [g[0] for g in gauges]
+    engine_times = [e[0] for e in engine]
+    preempted_before = engine[0][4] if engine else 0
     rows = []
     for i in range(n):
         t = t0 + (i + 1) * step_s
@@ -241,6 +255,14 @@ def series(samples: Sequence[Sample], gauges: Sequence[Gauge], step_s: float | N
                 "tpot_p99_ms": _round(_p99(tpot[i])),
             }
         )
+        if engine:
+            e = engine[max(0, bisect.bisect_right(engine_times, t) - 1)]
+            rows[-1].update(
+                running=e[1],
+                waiting=e[2],
+                kv_cache_pct=round(100 * e[3], 1),
+                preemptions=e[4] - preempted_before,
+            )
     return rows
 
 
@@ -256,12 +278,13 @@ def write_timeline(
     *,
     title: str = "",
     limits_ms: tuple[float | None, float | None] = (None, None),
+    engine: Sequence[EngineGauge] = (),
 ) -> dict[str, str]:
     """timeline.json (verdict + per-step series) and timeline.png in `out_dir`, each written
     aside and renamed into place. Returns the paths written; a chart that fails is reported,
     not raised (the measurement is on disk already)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    rows = series(samples, gauges)
+    rows = series(samples, gauges, engine=engine)
     doc = {"verdict": verdict.to_dict(), "limits_ms": list(limits_ms), "series": rows}
     path = out_dir / TIMELINE_JSON
     tmp = path.with_name(path.name + ".tmp")
@@ -273,6 +296,35 @@ def write_timeline(
     except Exception as exc:  # the chart is a convenience; the data is written
         written["png_error"] = f"{type(exc).__name__}: {exc}"
     return written
+
+
+def record_timeline(
+    sut: Any, settings: Any, out_dir: Path, title: str, limits: Any = None
+) -> dict[str, Any]:
+    """A Server-like test's verdict and picture beside result.json, from the SUT's timeline
+    (`limits`: the benchmark's ServerLimits, or None). Nothing here may fail the run: the
+    LoadGen logs are the result."""
+    timeline = getattr(sut, "timeline", None)
+    if timeline is None:
+        return {}
+    try:
+        tl = timeline()
+        target = float(getattr(settings, "server_target_qps", 0) or 0) or None
+        verdict = judge_sustained(tl.samples, tl.gauges, target)
+        written = write_timeline(
+            out_dir,
+            tl.samples,
+            tl.gauges,
+            verdict,
+            title=f"{title} at {target or 0:g} QPS",
+            limits_ms=(limits.ttft_ms, limits.tpot_ms) if limits else (None, None),
+            engine=getattr(tl, "engine", ()),
+        )
+        print(verdict.line(), flush=True)
+        return {"sustained": verdict.to_dict(), "timeline": written}
+    except Exception as exc:  # pragma: no cover - a bug here must not cost the measurement
+        log.exception("timeline not recorded")
+        return {"timeline": {"error": f"{type(exc).__name__}: {exc}"}}
 
 
 def plot_timeline(
@@ -291,6 +343,16 @@ def plot_timeline(
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(8, 5.5), sharex=True)
     ax1.plot(t, [r["backlog"] for r in rows], label="backlog (issued - completed)")
     ax1.plot(t, [r["in_engine"] for r in rows], label="in the engine", alpha=0.7)
+    if rows and "running" in rows[0]:  # vLLM's own view (run --engine-stats)
+        ax1.plot(t, [r["running"] for r in rows], ":", label="running (vLLM)")
+        ax1.plot(t, [r["waiting"] for r in rows], ":", label="waiting (vLLM)")
+        kv = ax1.twinx()
+        kv.plot(t, [r["kv_cache_pct"] for r in rows], color="0.5", lw=0.8, label="KV cache %")
+        kv.set_ylim(0, 100)
+        kv.set_ylabel("KV cache use %", fontsize=8)
+        preempted = rows[-1]["preemptions"]
+        if preempted:
+            title = f"{title} ({preempted} preemptions)"
     ax1.axvspan(verdict.window_start_s, verdict.window_end_s, color="0.9", label="steady part")
     ax1.set_ylabel("samples")
     ax1.legend(loc="upper left", fontsize=8)

@@ -185,6 +185,7 @@ class TrialEngine:
             verdict,
             title=f"{self.prep.loadgen_model} {name} at {qps:g} QPS",
             limits_ms=(self.ttft_ms, self.tpot_ms),
+            engine=tl.engine,
         )
         judged = judge_trial(perf, verdict, self.ttft_ms, self.tpot_ms)
         stats = self.sut.stats

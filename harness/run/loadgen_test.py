@@ -1,0 +1,69 @@
+"""One LoadGen test on a worker thread, watched from the main thread: the call every test of a
+run, a calibration or a bench goes through (harness.run.runner, harness.run.trials)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from sut.engine import describe_error
+
+LOADGEN_THREAD = "loadgen-test"
+ENGINE_FAILURE_GRACE_S = 3.0  # time LoadGen gets to end on its own once the engine failed
+
+
+class EngineFailure(RuntimeError):
+    """The engine died or failed a request during a LoadGen test (the run's results are void)."""
+
+
+def loadgen_still_running() -> bool:
+    """True while an abandoned LoadGen test thread of this process is alive."""
+    return any(t.name == LOADGEN_THREAD and t.is_alive() for t in threading.enumerate())
+
+
+def run_loadgen_test(
+    lg: Any,
+    sut: Any,
+    qsl: Any,
+    settings: Any,
+    log_settings: Any,
+    audit: Path,
+    mode: str,
+    stall_timeout_s: float | None = None,
+) -> None:
+    """StartTest on a worker thread, so this (main) thread keeps taking Ctrl-C, notices a
+    dead engine and watches for a stalled one (`sut.check`: no token for
+    `stall_timeout_s` while samples are in flight fails the SUT, which answers them).
+    LoadGen has no way to cut a test short: a Server test lasts its scheduled duration
+    whatever the SUT does. So on Ctrl-C, or when the engine failed and LoadGen does not end
+    within a grace period, the test is abandoned: the caller stops the engine and the process
+    exits; LoadGen's logs up to that moment are on disk (its logger flushes as it goes).
+    """
+    done = threading.Event()
+    failure: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            lg.StartTestWithLogSettings(sut.handle, qsl.handle, settings, log_settings, str(audit))
+        except BaseException as exc:  # pragma: no cover - LoadGen reports errors in its log
+            failure.append(exc)
+        finally:
+            done.set()
+
+    thread = threading.Thread(target=target, name=LOADGEN_THREAD, daemon=True)
+    thread.start()
+    failed_at: float | None = None
+    while not done.wait(0.2):
+        if sut.error is None:
+            sut.check(stall_timeout_s)
+            continue
+        failed_at = failed_at or time.monotonic()
+        if time.monotonic() - failed_at > ENGINE_FAILURE_GRACE_S:
+            raise EngineFailure(
+                f"vLLM engine failed during the {mode} test: {describe_error(sut.error)}"
+            )
+    thread.join()
+    if failure:
+        raise failure[0]

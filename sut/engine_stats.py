@@ -1,0 +1,70 @@
+"""The engine's own view of itself during a run: vLLM's scheduler stats (requests running and
+waiting, KV cache use) and its preemption count, as the engine reports them after each step.
+
+vLLM hands these to stat loggers only while stats are on (`disable_log_stats=False`), which
+costs the front end some work per token (vLLM's own Prometheus metrics are then kept too), so a
+run records them when asked (`run --engine-stats`). A logger of ours keeps only the latest
+values; the SUT samples them with its other gauges twice a second (sut.server), and the harness
+draws them into the run's timeline beside the backlog, so a TTFT that grew can be read against
+a full batch, a growing waiting queue, a full KV cache or preemptions.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class EngineView:
+    """Latest scheduler stats of one engine (or the sum over data-parallel engines)."""
+
+    def __init__(self) -> None:
+        self._latest: dict[int, tuple[int, int, float]] = {}
+        self.preemptions = 0
+        self.steps = 0
+
+    def record(self, engine_idx: int, scheduler_stats: Any, iteration_stats: Any) -> None:
+        if scheduler_stats is not None:
+            self._latest[engine_idx] = (
+                int(getattr(scheduler_stats, "num_running_reqs", 0)),
+                int(getattr(scheduler_stats, "num_waiting_reqs", 0)),
+                float(getattr(scheduler_stats, "kv_cache_usage", 0.0)),
+            )
+            self.steps += 1
+        if iteration_stats is not None:
+            self.preemptions += int(getattr(iteration_stats, "num_preempted_reqs", 0))
+
+    def snapshot(self) -> tuple[int, int, float, int]:
+        """(running, waiting, KV cache use 0-1 (the fullest engine), preemptions so far)."""
+        views = list(self._latest.values())
+        if not views:
+            return 0, 0, 0.0, self.preemptions
+        return (
+            sum(v[0] for v in views),
+            sum(v[1] for v in views),
+            max(v[2] for v in views),
+            self.preemptions,
+        )
+
+    def logger_factory(self) -> Any:
+        """A vLLM stat-logger factory (`AsyncLLM(stat_loggers=[...])`) feeding this view."""
+        from vllm.v1.metrics.loggers import StatLoggerBase
+
+        view = self
+
+        class _Recorder(StatLoggerBase):
+            def __init__(self, vllm_config: Any, engine_index: int = 0) -> None:
+                self.engine_index = engine_index
+
+            def record(
+                self,
+                scheduler_stats: Any,
+                iteration_stats: Any,
+                mm_cache_stats: Any = None,
+                engine_idx: int = 0,
+            ) -> None:
+                view.record(engine_idx, scheduler_stats, iteration_stats)
+
+            def log_engine_initialized(self) -> None:
+                pass
+
+        return _Recorder
