@@ -52,8 +52,9 @@ def _dataset(args, work: Path) -> tuple[Path, Path]:
     return model, data
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_engine_arguments(p: argparse.ArgumentParser) -> None:
+    """The model, prompts, scenario and engine of a one-engine Server bench (shared with
+    bench/server_vs_raw.py)."""
     p.add_argument("--model", type=Path)
     p.add_argument("--dataset", type=Path)
     p.add_argument("--benchmark", default="llama3_1-8b")
@@ -64,25 +65,14 @@ def main() -> int:
     p.add_argument("--ignore-eos", action="store_true")
     p.add_argument("--ttft-ms", type=float, help="override the scenario's TTFT limit")
     p.add_argument("--tpot-ms", type=float, help="override the scenario's TPOT limit")
-    p.add_argument("--duration-s", type=float, default=60.0, help="min_duration of each trial")
-    p.add_argument("--rates", help="comma-separated target QPS: trials at these only")
-    p.add_argument("--start-fraction", type=float, default=0.9)
-    p.add_argument("--precision", type=float, default=0.02)
-    p.add_argument("--trials", type=int, default=6)
-    p.add_argument("--offline-samples", type=int, default=1000)
-    p.add_argument("--warmup-samples", type=int, default=0, help="an untimed Offline pass first")
-    p.add_argument("--reference", action="store_true", help="also the one-at-a-time pattern")
     p.add_argument("--engine-arg", action="append", default=[], metavar="KEY=VALUE")
-    p.add_argument("--logs", type=Path, default=None)
-    p.add_argument("--json", type=Path)
-    args = p.parse_args()
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
+
+def start_engine(args, work: Path, overrides: dict, logs: Path | None = None):
+    """prepare() the run the arguments describe and start its one engine: (TrialEngine, prep)."""
     from harness.run.runner import RunRequest, prepare
-    from harness.run.trials import TrialEngine, bounded_search
-    from sut.engine import parse_engine_arg_pairs
+    from harness.run.trials import TrialEngine
 
-    work = Path(tempfile.mkdtemp(prefix="server-capacity-"))
     model, data = _dataset(args, work)
     req = RunRequest(
         benchmark=args.benchmark,
@@ -91,19 +81,43 @@ def main() -> int:
         model=model,
         dataset=data,
         output=work / "out",
-        engine_overrides=parse_engine_arg_pairs(args.engine_arg),
+        engine_overrides=overrides,
         progress=False,
         max_tokens=args.max_tokens,
         ignore_eos=args.ignore_eos,
     )
     prep = prepare(req)
-    eng = TrialEngine(prep, args.logs or work / "logs", ttft_ms=args.ttft_ms, tpot_ms=args.tpot_ms)
+    eng = TrialEngine(prep, logs or work / "logs", ttft_ms=args.ttft_ms, tpot_ms=args.tpot_ms)
     print(
         f"engine started in {eng.engine_start_s:.0f} s; {args.scenario} limits TTFT p99 "
         f"{eng.ttft_ms:g} ms, TPOT p99 {eng.tpot_ms:g} ms; {prep.dataset.size} prompts, "
         f"max_tokens {prep.sampling['max_tokens']}; engine {prep.engine_config.describe()}",
         flush=True,
     )
+    return eng, prep
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_engine_arguments(p)
+    p.add_argument("--duration-s", type=float, default=60.0, help="min_duration of each trial")
+    p.add_argument("--rates", help="comma-separated target QPS: trials at these only")
+    p.add_argument("--start-fraction", type=float, default=0.9)
+    p.add_argument("--precision", type=float, default=0.02)
+    p.add_argument("--trials", type=int, default=6)
+    p.add_argument("--offline-samples", type=int, default=1000)
+    p.add_argument("--warmup-samples", type=int, default=0, help="an untimed Offline pass first")
+    p.add_argument("--reference", action="store_true", help="also the one-at-a-time pattern")
+    p.add_argument("--logs", type=Path, default=None)
+    p.add_argument("--json", type=Path)
+    args = p.parse_args()
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+
+    from harness.run.trials import bounded_search
+    from sut.engine import parse_engine_arg_pairs
+
+    work = Path(tempfile.mkdtemp(prefix="server-capacity-"))
+    eng, prep = start_engine(args, work, parse_engine_arg_pairs(args.engine_arg), args.logs)
     doc: dict = {"engine_args": prep.engine_config.describe(), "scenario": args.scenario}
     try:
         if args.warmup_samples:

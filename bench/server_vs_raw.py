@@ -50,7 +50,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.server_capacity import _dataset  # noqa: E402
+from bench.server_capacity import add_engine_arguments, start_engine  # noqa: E402
 
 GAUGE_S = 0.5
 
@@ -189,16 +189,7 @@ def line(side: str, r: dict[str, Any]) -> str:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", type=Path)
-    p.add_argument("--dataset", type=Path)
-    p.add_argument("--benchmark", default="llama3_1-8b")
-    p.add_argument("--scenario", default="Server", choices=["Server", "Interactive"])
-    p.add_argument("--samples", type=int, default=2000, help="random / synthetic prompts")
-    p.add_argument("--random-prompts", type=int, metavar="MEAN_LEN")
-    p.add_argument("--max-tokens", type=int, default=None)
-    p.add_argument("--ignore-eos", action="store_true")
-    p.add_argument("--ttft-ms", type=float, help="override the scenario's TTFT limit")
-    p.add_argument("--tpot-ms", type=float, help="override the scenario's TPOT limit")
+    add_engine_arguments(p)
     p.add_argument("--rates", required=True, help="comma-separated target QPS")
     p.add_argument("--duration-s", type=float, default=60.0)
     p.add_argument("--policies", help="comma-separated prefill policies CAP[xEVERY], live")
@@ -206,18 +197,14 @@ def main() -> int:
     p.add_argument("--sides", default="raw,sut", help="raw, sut or both (default)")
     p.add_argument("--offline-samples", type=int, default=0, help="the same engine's Offline rate")
     p.add_argument("--warmup-samples", type=int, default=0, help="an untimed Offline pass first")
-    p.add_argument("--engine-arg", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--json", type=Path)
     args = p.parse_args()
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
-    from harness.run.runner import RunRequest, prepare
-    from harness.run.trials import TrialEngine
     from sut.engine import parse_engine_arg_pairs
     from sut.scheduling import PrefillPolicy, write_control
 
     work = Path(tempfile.mkdtemp(prefix="server-vs-raw-"))
-    model, data = _dataset(args, work)
     overrides = parse_engine_arg_pairs(args.engine_arg)
     policies = [PrefillPolicy.parse(c) for c in args.policies.split(",")] if args.policies else []
     control = work / "policy.json"
@@ -225,28 +212,9 @@ def main() -> int:
         write_control(control, policies[0])
         overrides.update(PrefillPolicy(control_file=str(control)).engine_kwargs())
     sut_for = [x.strip() for x in (args.sut_policies or "").split(",") if x.strip()]
-    req = RunRequest(
-        benchmark=args.benchmark,
-        scenario=args.scenario,
-        mode="performance",
-        model=model,
-        dataset=data,
-        output=work / "out",
-        engine_overrides=overrides,
-        progress=False,
-        max_tokens=args.max_tokens,
-        ignore_eos=args.ignore_eos,
-    )
-    prep = prepare(req)
-    eng = TrialEngine(prep, work / "logs", ttft_ms=args.ttft_ms, tpot_ms=args.tpot_ms)
+    eng, prep = start_engine(args, work, overrides)
     ttft_ms, tpot_ms = eng.ttft_ms, eng.tpot_ms
     prompts = [list(map(int, x)) for x in prep.dataset.prompts]
-    print(
-        f"engine started in {eng.engine_start_s:.0f} s; {args.scenario} limits TTFT p99 "
-        f"{ttft_ms:g} ms, TPOT p99 {tpot_ms:g} ms; {len(prompts)} prompts; engine "
-        f"{prep.engine_config.describe()}",
-        flush=True,
-    )
     sides = [s.strip() for s in args.sides.split(",") if s.strip()]
     doc: dict[str, Any] = {"engine_args": prep.engine_config.describe(), "runs": []}
     try:
