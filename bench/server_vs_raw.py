@@ -9,10 +9,12 @@ alternates), and each is judged by the project's one sustained-rate rule
 (harness.run.timeline: p99 TTFT and TPOT within the scenario's limits and the backlog not
 growing over the steady part).
 
-The raw side's arrivals are a Poisson process conditioned on its count (round(rate x duration)
-arrivals at uniform random times), so it issues exactly the rate asked; LoadGen's stream is its
-own draw, so both sides print the rate they actually issued over the steady part: near capacity
-compare rows by that, not by the target. Per rate and side it prints TTFT / TPOT p50 and p99 (LoadGen's definitions: TTFT from the
+Where both sides run at a rate, the SUT goes first and the raw side then replays LoadGen's own
+arrival times from that test (as the SUT saw them), so both sides face the same arrivals: two
+independent 30 s Poisson draws of one rate differ by 5-10%, which near capacity is the whole
+difference being measured. A raw side alone draws a Poisson process conditioned on its count
+(round(rate x duration) arrivals at uniform times). Both print the rate they issued over the
+steady part. Per rate and side it prints TTFT / TPOT p50 and p99 (LoadGen's definitions: TTFT from the
 issue, TPOT = (last - first) / (tokens - 1) per sample), completed/s over the steady part, the
 backlog's fitted start and end, and the verdict. For the SUT it prints LoadGen's p99s and, in
 brackets, the same p99s from the SUT's own clock (issue seen by the SUT -> first token): the
@@ -74,8 +76,16 @@ def latency_stats(samples: list[tuple[float, float, float, int]]) -> dict[str, f
     }
 
 
-async def poisson_stream(sut: Any, prompts: list[list[int]], qps: float, duration_s: float, seed):
-    """Raw side: Poisson arrivals straight into the SUT's engine; returns (samples, gauges)."""
+async def poisson_stream(
+    sut: Any,
+    prompts: list[list[int]],
+    qps: float,
+    duration_s: float,
+    seed: int,
+    replay: list[float] | None = None,
+):
+    """Raw side: arrivals straight into the SUT's engine; returns (samples, gauges). `replay`:
+    arrival offsets (s) to repeat, LoadGen's own from the SUT's test at this rate."""
     engine, params = sut._engine, sut._params
     make_prompt = sut._prompt_type
     rng = random.Random(seed)
@@ -108,7 +118,9 @@ async def poisson_stream(sut: Any, prompts: list[list[int]], qps: float, duratio
     # random times. An unconditioned 30 s draw can miss its rate by 5-10%, which near capacity
     # is the whole difference being measured.
     t0 = time.monotonic()
-    offsets = sorted(rng.uniform(0.0, duration_s) for _ in range(max(1, round(qps * duration_s))))
+    offsets = replay or sorted(
+        rng.uniform(0.0, duration_s) for _ in range(max(1, round(qps * duration_s)))
+    )
     tasks = []
     for i, offset in enumerate(offsets):
         due = t0 + offset
@@ -233,9 +245,15 @@ def main() -> int:
                 time.sleep(1.0)  # the engine core re-reads it within CONTROL_CHECK_S
                 print(f"prefill policy {policy.describe()} ({label})", flush=True)
             for k, qps in enumerate(rates):
-                order = which if k % 2 == 0 else which[::-1]
+                # The SUT first: the raw side then replays LoadGen's own arrival times, so
+                # both sides see the same arrivals, not two draws of one rate.
+                order = sorted(which, key=lambda side: side != "sut")
+                replay: list[float] | None = None
                 for side in order:
-                    row = run_side(side, eng, prompts, qps, args.duration_s, ttft_ms, tpot_ms, k)
+                    row = run_side(
+                        side, eng, prompts, qps, args.duration_s, ttft_ms, tpot_ms, k, replay
+                    )
+                    replay = row.pop("arrivals", None) or replay
                     row.update(policy=label, side=side, qps=qps)
                     doc["runs"].append(row)
                     print(line(side, row), flush=True)
@@ -262,13 +280,17 @@ def main() -> int:
     return 0
 
 
-def run_side(side, eng, prompts, qps, duration_s, ttft_ms, tpot_ms, k) -> dict[str, Any]:
+def run_side(
+    side, eng, prompts, qps, duration_s, ttft_ms, tpot_ms, k, replay=None
+) -> dict[str, Any]:
     if side == "raw":
         fut = asyncio.run_coroutine_threadsafe(
-            poisson_stream(eng.sut, prompts, qps, duration_s, seed=1000 + k), eng.sut._loop
+            poisson_stream(eng.sut, prompts, qps, duration_s, 1000 + k, replay), eng.sut._loop
         )
         samples, gauges = fut.result()
-        return judge(samples, gauges, qps, ttft_ms, tpot_ms)
+        row = judge(samples, gauges, qps, ttft_ms, tpot_ms)
+        row["arrivals_from"] = "LoadGen's, replayed" if replay else "Poisson, count fixed"
+        return row
     t = eng.trial(qps, duration_s, name="sut")
     tl = eng.sut.timeline()
     p99s = {"ttft_p99_ms": t.ttft_p99_ms, "tpot_p99_ms": t.tpot_p99_ms}
@@ -279,6 +301,8 @@ def run_side(side, eng, prompts, qps, duration_s, ttft_ms, tpot_ms, k) -> dict[s
         row["passed"] = False
         row["reasons"] = sorted(set(row["reasons"]) | set(t.reasons))
     row["loadgen_validity"] = t.validity
+    first = min((x[0] for x in tl.samples), default=0.0)
+    row["arrivals"] = sorted(x[0] - first for x in tl.samples)  # for the raw side's replay
     return row
 
 
