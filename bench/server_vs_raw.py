@@ -2,10 +2,10 @@
 Server SUT under LoadGen, on one engine, at the same rates, with the same prompts.
 
 Both sides drive the very same engine (the SUT's own `AsyncLLM`, on the SUT's event loop), so
-what differs is only what sits in front of it: on the raw side a Poisson arrival loop that
+what differs is only what sits in front of it: on the raw side an arrival loop that
 calls `generate` and reads the DELTA stream, on the other LoadGen's issue thread, our SUT and
-its reports to LoadGen. Every rate runs both sides back to back (which side goes first
-alternates), and each is judged by the project's one sustained-rate rule
+its reports to LoadGen. Every rate runs both sides back to back (the SUT first, see below),
+and each is judged by the project's one sustained-rate rule
 (harness.run.timeline: p99 TTFT and TPOT within the scenario's limits and the backlog not
 growing over the steady part).
 
@@ -297,9 +297,8 @@ def run_side(
     row = judge(tl.samples, tl.gauges, qps, ttft_ms, tpot_ms, p99s=p99s)
     own = latency_stats(tl.samples)
     row["own_ttft_p99_ms"], row["own_tpot_p99_ms"] = own["ttft_p99_ms"], own["tpot_p99_ms"]
-    if not t.passed:  # LoadGen's own judgement (early stopping, validity) joins the reasons
-        row["passed"] = False
-        row["reasons"] = sorted(set(row["reasons"]) | set(t.reasons))
+    # The trial's own judgement (the same rule, with LoadGen's p99s and early stopping)
+    row["passed"], row["reasons"] = t.passed, list(t.reasons)
     row["loadgen_validity"] = t.validity
     first = min((x[0] for x in tl.samples), default=0.0)
     row["arrivals"] = sorted(x[0] - first for x in tl.samples)  # for the raw side's replay

@@ -102,10 +102,6 @@ class PrefillPolicy:
     def label(self) -> str:
         return f"{self.cap}x{self.every}"
 
-    @classmethod
-    def from_engine_kwargs(cls, kwargs: Mapping[str, Any]) -> PrefillPolicy:
-        return cls.from_additional_config(kwargs.get("additional_config"))
-
 
 def write_control(path: Path, policy: PrefillPolicy) -> None:
     """Set a live policy for an engine started with `control_file=path` (benches). Written

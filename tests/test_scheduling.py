@@ -39,10 +39,12 @@ def test_the_engine_arguments_carry_the_policy_and_keep_other_additional_config(
     kwargs = PrefillPolicy(cap=2048, every=2).engine_kwargs({"other": 1})
     assert kwargs["scheduler_cls"] == SCHEDULER_CLS
     assert kwargs["additional_config"] == {"other": 1, POLICY_KEY: {"cap": 2048, "every": 2}}
-    assert PrefillPolicy.from_engine_kwargs(kwargs) == PrefillPolicy(cap=2048, every=2)
+    assert PrefillPolicy.from_additional_config(kwargs["additional_config"]) == PrefillPolicy(
+        cap=2048, every=2
+    )
     # vLLM's own scheduling is no scheduler of ours at all
     assert PrefillPolicy.parse("0").engine_kwargs() == {}
-    assert PrefillPolicy.from_engine_kwargs({}) == PrefillPolicy()
+    assert PrefillPolicy.from_additional_config(None) == PrefillPolicy()
 
 
 def test_the_control_file_is_read_whole_or_not_at_all(tmp_path):
