@@ -19,12 +19,14 @@
 #                          length), PRICE=DOLLARS (adds $ per million output tokens)
 #   bench/gpu.sh vs-raw SCENARIO [--engine-arg K=V ...]   the raw AsyncLLM under Poisson arrivals
 #                          against our SUT under LoadGen, one engine, same rates and prompts
-#                          (bench/server_vs_raw.py); RATES, POLICIES (prefill policies CAP[xEVERY],
-#                          live on the one engine), SUT_POLICIES (e.g. 1536,best), TRIAL_S
+#                          (bench/server_vs_raw.py); RATES, POLICIES (prefill policies
+#                          CAP[xEVERY[@MS]], live on the one engine), SUT_POLICIES (e.g.
+#                          1536,best), SIDES (sut: our SUT alone, no raw replay), TRIAL_S
 #   bench/gpu.sh confirm SCENARIO TARGET POLICY [run args]  one `mlperf-vllm run` at TARGET QPS for
 #                          the conf's full min_duration (600 s) with --prefill-policy POLICY
 #   bench/gpu.sh study SCENARIO [--engine-arg K=V ...]  vs-raw, then `confirm` of the best policy at
-#                          0.97 x the rate where its SUT p99s reach the limits (else its best pass)
+#                          BACKOFF (0.95) x the rate where its SUT p99s reach the limits (else its
+#                          best pass)
 #   bench/gpu.sh detach PART [args]   start a part in its own session (outlives the call; the
 #                          machine must stay held), output under $HOME/gpu-job; `collect` (WAIT=S
 #                          first) prints its progress and copies its files to $OUT
@@ -131,6 +133,7 @@ vs_raw() {  # scenario, engine args...
   local scenario=$1; shift
   local pol=(); [ -n "${POLICIES:-}" ] && pol+=(--policies "$POLICIES")
   [ -n "${SUT_POLICIES:-}" ] && pol+=(--sut-policies "$SUT_POLICIES")
+  [ -n "${SIDES:-}" ] && pol+=(--sides "$SIDES")
   python3 bench/server_vs_raw.py --scenario "$scenario" --model "$MODEL" --random-prompts "${MEAN:-870}" \
     --samples 2000 "${DUMMY[@]}" "${FP8[@]}" --ignore-eos --max-tokens 128 \
     --duration-s "${TRIAL_S:-30}" --rates "${RATES:?set RATES=a,b}" --warmup-samples 300 \
@@ -162,17 +165,15 @@ cli_confirm() {  # scenario, target QPS, prefill policy, run args...
 study() {  # scenario, engine args...: vs-raw, then confirm the best policy
   local scenario=$1; shift
   vs_raw "$scenario" "$@"
-  local pick; pick=$(python3 - "$OUT/vsraw_$scenario.json" <<'PY'
+  local pick; pick=$(python3 - "$OUT/vsraw_$scenario.json" "${BACKOFF:-0.95}" <<'PY'
 import json, sys
-doc = json.load(open(sys.argv[1]))
+doc, backoff = json.load(open(sys.argv[1])), float(sys.argv[2])
 rows = {(c["policy"], c["side"]): c for c in doc.get("capacity", [])}
 sut = [c for (p, s), c in rows.items() if s == "sut" and (c["crossing"] or c["best_pass"])]
-best = max(sut, key=lambda c: (c["crossing"] or 0) * 0.97 if c["crossing"] else c["best_pass"],
-           default=None)
-if best is None:
-    print("none 0"); sys.exit()
-target = round(best["crossing"] * 0.97, 2) if best["crossing"] else best["best_pass"]
-print(best["policy"], target)
+def target(c):
+    return round(c["crossing"] * backoff, 2) if c["crossing"] else c["best_pass"]
+best = max(sut, key=target, default=None)
+print(f"{best['policy']} {target(best)}" if best else "none 0")
 PY
 )
   echo "study: confirm with policy/target: $pick" | tee -a "$OUT/vsraw_$scenario.log"

@@ -11,6 +11,10 @@ is how evenly it is spread. Two levers, applied by our scheduler in vLLM's engin
 - `every`: while streams decode, prefill only on one step in `every` (up to the cap); the others
   are decode-only, the uniform batches vLLM runs fastest (full CUDA graphs), and arrivals
   gather into larger prefill batches. Prefill never waits when nothing is decoding.
+- `deadline_ms`: a prompt that has waited this long gets a prefill step now, whatever the
+  cadence says. TPOT is a mean over a request's whole life, so a few prefill steps closer
+  together barely move it, while TTFT is one wait: the cadence spaces prefill out while the queue
+  is young and steps aside when a burst ages it.
 
 The policy travels to the engine core as two documented engine arguments: `scheduler_cls` (our
 class, `sut.vllm_scheduler.PrefillPolicyScheduler`, a subclass of the scheduler vLLM would have
@@ -47,6 +51,7 @@ class PrefillPolicy:
 
     cap: int = 0
     every: int = 1
+    deadline_ms: float = 0.0
     control_file: str | None = None
 
     def __post_init__(self) -> None:
@@ -54,6 +59,12 @@ class PrefillPolicy:
             raise PolicyError(f"prefill cap {self.cap} is negative: give 0 (off) or a token count")
         if self.every < 1:
             raise PolicyError(f"prefill cadence {self.every} must be 1 (every step) or more")
+        if self.deadline_ms < 0:
+            raise PolicyError(f"prefill deadline {self.deadline_ms} ms is negative: give 0 (off)")
+        if self.deadline_ms and self.every == 1:
+            raise PolicyError(
+                "a prefill deadline only shortens a cadence: give one, e.g. 8192x4@150"
+            )
 
     @property
     def active(self) -> bool:
@@ -65,6 +76,8 @@ class PrefillPolicy:
         parts = [f"cap {self.cap} prefill tokens/step" if self.cap else "no cap"]
         if self.every > 1:
             parts.append(f"prefills every {self.every} steps")
+        if self.deadline_ms:
+            parts.append(f"or once a prompt has waited {self.deadline_ms:g} ms")
         if self.control_file:
             parts.append(f"live control {self.control_file}")
         return ", ".join(parts)
@@ -90,32 +103,46 @@ class PrefillPolicy:
 
     @classmethod
     def parse(cls, text: str) -> PrefillPolicy:
-        """`CAP` or `CAPxEVERY` (`1024`, `4096x4`, `0`): the bench and CLI spelling."""
-        cap, sep, every = text.strip().lower().partition("x")
+        """`CAP`, `CAPxEVERY` or `CAPxEVERY@MS` (`1024`, `4096x4`, `8192x4@150`, `0`): the
+        bench and CLI spelling."""
+        head, at, deadline = text.strip().lower().partition("@")
+        cap, sep, every = head.partition("x")
         try:
-            return cls(cap=int(cap), every=int(every) if sep else 1)
+            return cls(
+                cap=int(cap),
+                every=int(every) if sep else 1,
+                deadline_ms=float(deadline) if at else 0.0,
+            )
+        except PolicyError as exc:
+            raise PolicyError(f"prefill policy {text!r}: {exc}") from None
         except ValueError:
             raise PolicyError(
-                f"prefill policy {text!r}: write CAP or CAPxEVERY, e.g. 1024 or 4096x4"
+                f"prefill policy {text!r}: write CAP, CAPxEVERY or CAPxEVERY@MS, "
+                "e.g. 1024, 4096x4 or 8192x4@150"
             ) from None
 
     def label(self) -> str:
-        return f"{self.cap}x{self.every}"
+        text = f"{self.cap}x{self.every}"
+        return f"{text}@{self.deadline_ms:g}" if self.deadline_ms else text
 
 
 def write_control(path: Path, policy: PrefillPolicy) -> None:
     """Set a live policy for an engine started with `control_file=path` (benches). Written
     aside and renamed into place, so the engine never reads half a file."""
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps({"cap": policy.cap, "every": policy.every}))
+    doc = {"cap": policy.cap, "every": policy.every, "deadline_ms": policy.deadline_ms}
+    tmp.write_text(json.dumps(doc))
     tmp.replace(path)
 
 
-def read_control(path: str) -> tuple[int, int] | None:
-    """(cap, every) from a control file, None when it is missing or unreadable."""
+def read_control(path: str) -> PrefillPolicy | None:
+    """The policy in a control file, None when it is missing or unreadable."""
     try:
         doc = json.loads(Path(path).read_text())
-        policy = PrefillPolicy(cap=int(doc.get("cap", 0)), every=int(doc.get("every", 1)))
+        return PrefillPolicy(
+            cap=int(doc.get("cap", 0)),
+            every=int(doc.get("every", 1)),
+            deadline_ms=float(doc.get("deadline_ms", 0.0)),
+        )
     except (OSError, ValueError, TypeError, AttributeError):
         return None
-    return policy.cap, policy.every

@@ -17,7 +17,10 @@ The engine reports what it scheduled per step in its own iteration details
 
 The cadence (`every` = K): while streams are decoding, only one step in K carries prefill (up to
 the cap); the others are decode-only, which vLLM runs as uniform decode batches (full CUDA
-graphs). With nothing decoding, prefill never waits for the cadence. vLLM's own cadence
+graphs). With nothing decoding, prefill never waits for the cadence. The deadline (`@MS`) cuts
+the cadence short: once the oldest prompt not yet prefilled (a waiting request, or a running one
+whose prompt is still in chunks) arrived MS ms ago by the front end's clock (vLLM's
+`Request.arrival_time`, wall time, the same machine), this step carries prefill. vLLM's own cadence
 (`throttle_prefills`, for data-parallel balancing) steps aside whenever the queue is backed up,
 which is exactly when a Server engine runs, so this one does not use it.
 """
@@ -44,10 +47,11 @@ class _PrefillPolicyMixin:
         policy = PrefillPolicy.from_additional_config(getattr(vllm_config, "additional_config", {}))
         self.policy_cap = policy.cap
         self.policy_every = policy.every
+        self.policy_deadline_s = policy.deadline_ms / 1000.0
         self._control = policy.control_file
         self._control_mtime = 0.0
         self._control_checked = 0.0
-        self._policy_steps = 0
+        self._since_prefill = 0
         if self._control:
             self._reload_control()
 
@@ -61,7 +65,8 @@ class _PrefillPolicyMixin:
         read = read_control(self._control)  # type: ignore[arg-type]
         if read is not None:
             self._control_mtime = mtime
-            self.policy_cap, self.policy_every = read
+            self.policy_cap, self.policy_every = read.cap, read.every
+            self.policy_deadline_s = read.deadline_ms / 1000.0
 
     def _decode_tokens(self) -> int:
         """Tokens the running decodes need this step, counted low (see the module doc)."""
@@ -78,8 +83,21 @@ class _PrefillPolicyMixin:
             n += 1
         return n
 
+    def _oldest_unprefilled(self) -> float | None:
+        """Arrival time (wall clock) of the oldest prompt not yet fully prefilled, if any."""
+        oldest = None
+        # FCFS queues, the head is the oldest (vLLM 0.26: skipped_waiting, 0.32: kv_holding_waiting)
+        for name in ("waiting", "skipped_waiting", "kv_holding_waiting"):
+            queue = getattr(self, name, None)
+            if queue:
+                t = queue.peek_request().arrival_time
+                oldest = t if oldest is None else min(oldest, t)
+        for r in self.running:
+            if r.is_prefill_chunk:
+                oldest = r.arrival_time if oldest is None else min(oldest, r.arrival_time)
+        return oldest
+
     def schedule(self, throttle_prefills: bool = False) -> Any:
-        self._policy_steps += 1
         if self._control:
             now = time.monotonic()
             if now - self._control_checked >= CONTROL_CHECK_S:
@@ -90,10 +108,21 @@ class _PrefillPolicyMixin:
             return super().schedule(throttle_prefills)  # type: ignore[misc]
         decodes = self._decode_tokens()
         budget = self.max_num_scheduled_tokens
-        if every > 1 and decodes and self._policy_steps % every:
-            prefill = 0  # a decode-only step between two prefill steps
-        else:
-            prefill = cap if cap > 0 else budget
+        self._since_prefill += 1
+        prefill = cap if cap > 0 else budget
+        if every > 1 and decodes:
+            oldest = self._oldest_unprefilled()
+            due = self._since_prefill >= every or (
+                oldest is not None
+                and self.policy_deadline_s > 0
+                and time.time() - oldest >= self.policy_deadline_s
+            )
+            if not due:
+                prefill = 0  # a decode-only step between two prefill steps
+            elif oldest is not None:
+                # The cadence counts from the last step that had prefill to do; a slot with
+                # nothing waiting stays open for the next arrival.
+                self._since_prefill = 0
         self.max_num_scheduled_tokens = min(budget, decodes + prefill)
         try:
             return super().schedule(throttle_prefills)  # type: ignore[misc]

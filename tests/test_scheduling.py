@@ -20,25 +20,52 @@ from sut.scheduling import (
 
 
 @pytest.mark.parametrize(
-    "text, cap, every",
-    [("0", 0, 1), ("1024", 1024, 1), ("4096x4", 4096, 4), (" 0X2 ", 0, 2)],
+    "text, cap, every, deadline",
+    [
+        ("0", 0, 1, 0),
+        ("1024", 1024, 1, 0),
+        ("4096x4", 4096, 4, 0),
+        (" 0X2 ", 0, 2, 0),
+        ("8192x4@150", 8192, 4, 150),
+        ("4096x3@12.5", 4096, 3, 12.5),
+    ],
 )
-def test_policy_spelling(text, cap, every):
+def test_policy_spelling(text, cap, every, deadline):
     policy = PrefillPolicy.parse(text)
-    assert (policy.cap, policy.every) == (cap, every)
+    assert (policy.cap, policy.every, policy.deadline_ms) == (cap, every, deadline)
     assert PrefillPolicy.parse(policy.label()) == policy
 
 
-@pytest.mark.parametrize("text", ["", "x4", "1024x", "1k", "-5", "1024x0", "1024x-1", "2x2x2"])
-def test_a_policy_that_cannot_work_is_one_clear_error(text):
-    with pytest.raises(PolicyError, match="CAP or CAPxEVERY"):
+@pytest.mark.parametrize(
+    "text, says",
+    [
+        ("", "CAPxEVERY@MS"),
+        ("x4", "CAPxEVERY@MS"),
+        ("1024x", "CAPxEVERY@MS"),
+        ("1k", "CAPxEVERY@MS"),
+        ("2x2x2", "CAPxEVERY@MS"),
+        ("4096x4@", "CAPxEVERY@MS"),
+        ("4096x4@soon", "CAPxEVERY@MS"),
+        ("-5", "negative"),
+        ("1024x0", "1 .every step. or more"),
+        ("1024x-1", "1 .every step. or more"),
+        ("4096x4@-1", "negative"),
+        ("4096@100", "only shortens a cadence"),
+    ],
+)
+def test_a_policy_that_cannot_work_is_one_clear_error(text, says):
+    with pytest.raises(PolicyError, match=says) as err:
         PrefillPolicy.parse(text)
+    assert repr(text) in str(err.value)
 
 
 def test_the_engine_arguments_carry_the_policy_and_keep_other_additional_config():
     kwargs = PrefillPolicy(cap=2048, every=2).engine_kwargs({"other": 1})
     assert kwargs["scheduler_cls"] == SCHEDULER_CLS
-    assert kwargs["additional_config"] == {"other": 1, POLICY_KEY: {"cap": 2048, "every": 2}}
+    assert kwargs["additional_config"] == {
+        "other": 1,
+        POLICY_KEY: {"cap": 2048, "every": 2, "deadline_ms": 0.0},
+    }
     assert PrefillPolicy.from_additional_config(kwargs["additional_config"]) == PrefillPolicy(
         cap=2048, every=2
     )
@@ -50,8 +77,8 @@ def test_the_engine_arguments_carry_the_policy_and_keep_other_additional_config(
 def test_the_control_file_is_read_whole_or_not_at_all(tmp_path):
     path = tmp_path / "policy.json"
     assert read_control(str(path)) is None
-    write_control(path, PrefillPolicy(cap=512, every=3))
-    assert read_control(str(path)) == (512, 3)
+    write_control(path, PrefillPolicy(cap=512, every=3, deadline_ms=80))
+    assert read_control(str(path)) == PrefillPolicy(cap=512, every=3, deadline_ms=80)
     assert not list(tmp_path.glob("*.tmp"))
     path.write_text('{"cap": -1}')
     assert read_control(str(path)) is None
@@ -83,11 +110,11 @@ def _request(*flags: str):
 
 
 def test_run_prefill_policy_becomes_engine_arguments():
-    req = _request("--prefill-policy", "4096x4", "--engine-arg", 'additional_config={"a": 1}')
+    req = _request("--prefill-policy", "4096x4@90", "--engine-arg", 'additional_config={"a": 1}')
     assert req.engine_overrides["scheduler_cls"] == SCHEDULER_CLS
     assert req.engine_overrides["additional_config"] == {
         "a": 1,
-        POLICY_KEY: {"cap": 4096, "every": 4},
+        POLICY_KEY: {"cap": 4096, "every": 4, "deadline_ms": 90.0},
     }
     assert "scheduler_cls" not in _request("--prefill-policy", "0").engine_overrides
 

@@ -3,8 +3,10 @@ engine itself reports per step (its iteration details), not from our own countin
 
 One engine, policies switched live through the control file (tests/scheduler_probe.py):
 vLLM's own scheduling first (which must break both rules below, or the test could not fail),
-then a cap of 64 prefill tokens per step, a cadence of one prefill step in two, and both
-(128 tokens, one step in three). Every phase completes every request with its full output.
+then a cap of 64 prefill tokens per step, a cadence of one prefill step in two, both
+(128 tokens, one step in three), and a cadence of one in eight cut short by a 1 ms deadline
+(every prompt of the burst is older than that, so prefill may not wait for the cadence). Every
+phase completes every request with its full output.
 
 Time budget: 70 s.
 """
@@ -27,7 +29,7 @@ def probe(tiny_model, tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp("policy") / "steps.json"
     proc = subprocess.run(
         [sys.executable, "-m", "tests.scheduler_probe", str(tiny_model), str(out)]
-        + ["0", "64", "0x2", "128x3"],
+        + ["0", "64", "0x2", "128x3", "64x8@1"],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -81,3 +83,18 @@ def test_the_cadence_leaves_decode_only_steps_between_prefill_steps(probe):
         steps = phase(probe, policy)["steps"]
         assert mixed_neighbours(steps) == 0, policy
         assert any(s[1] == 0 and s[2] > 0 for s in steps), policy  # decode-only steps exist
+
+
+def test_a_deadline_cuts_the_cadence_short_and_keeps_the_cap(probe):
+    steps = phase(probe, "64x8@1")["steps"]
+    assert max(s[1] for s in steps) == 64
+    # the prompts of the burst are past the deadline: prefill runs on consecutive decode steps,
+    # which the cadence alone (one step in eight) would never allow
+    assert mixed_neighbours(steps) > 0
+    # and no decode-only step is left while a prompt still waits for its prefill
+    total = sum(s[1] for s in steps)
+    done = 0
+    for s in steps:
+        if done < total and s[2] > 0:
+            assert s[1] > 0, s
+        done += s[1]

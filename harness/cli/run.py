@@ -86,10 +86,11 @@ def _add_run_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--prefill-policy",
-        metavar="CAP[xEVERY]",
+        metavar="CAP[xEVERY[@MS]]",
         help="Server/Interactive: our scheduler in vLLM's engine core (sut/scheduling.py): at "
         "most CAP prefill tokens per step, and with xEVERY prefill on one step in EVERY while "
-        "streams decode (e.g. 1024, 4096x4; 0: vLLM's own scheduling)",
+        "streams decode, or at once when a prompt has waited MS ms (e.g. 1024, 4096x4, "
+        "8192x4@150; 0: vLLM's own scheduling)",
     )
     p.add_argument(
         "--engine-stats",
