@@ -32,6 +32,7 @@ SHARED = (
     "harness.datasets",
     "harness.errors",
     "harness.files",
+    "harness.folder_lock",
     "harness.resources",
     "harness.proc",
 )
@@ -50,6 +51,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "harness.datasets": SHARED,
     "harness.errors": SHARED,
     "harness.files": SHARED,
+    "harness.folder_lock": SHARED,
     "harness.resources": SHARED,
     "harness.proc": SHARED,
     "harness.run": (*SHARED, *RUN, "sut", "evaluation"),

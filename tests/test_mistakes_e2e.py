@@ -16,13 +16,19 @@ Engine starts: the refusals share the session's finished run (`offline_smoke_run
 by other modules) and never start one; the interrupts start two (one stopped while the engine
 starts, one while the SUT adds a 400k-sample query).
 
-Time budget: 150 s: two engine starts, 19 refusals in seconds each.
+The one-writer case starts a run and stops it (SIGSTOP) once it holds its folder, before any
+engine starts; three commands aimed at that folder are refused, then the holder is killed.
+
+A model whose weights vLLM rejects inside its worker starts one more engine, which fails.
+
+Time budget: 220 s: three engine starts, 22 refusals in seconds each, the one-writer case.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -33,6 +39,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.folder_lock import LOCK_NAME
 from tests.conftest import REPO, SMOKE, cli, package_args, run_args
 from tests.procs import (
     assert_all_gone,
@@ -121,6 +128,32 @@ def broken_config(ws: Workspace) -> list[str]:
 def missing_config(ws: Workspace) -> list[str]:
     model = ws.model_copy()
     (model / "config.json").unlink()
+    return ws.run(ws.tmp / "out", "--model", str(model))
+
+
+def no_weights(ws: Workspace) -> list[str]:
+    model = ws.model_copy()
+    for f in model.glob("*.safetensors"):
+        f.unlink()  # a config and a tokenizer, nothing to load
+    return ws.run(ws.tmp / "out", "--model", str(model))
+
+
+def shard_cut_short(ws: Workspace) -> list[str]:
+    model = ws.model_copy()
+    shard = next(model.glob("*.safetensors"))
+    with open(shard, "r+b") as fh:  # a download that stopped half-way
+        fh.truncate(shard.stat().st_size // 2)
+    return ws.run(ws.tmp / "out", "--model", str(model))
+
+
+def index_names_a_missing_shard(ws: Workspace) -> list[str]:
+    model = ws.model_copy()
+    shard = next(model.glob("*.safetensors"))
+    weight_map = {
+        "lm_head.weight": shard.name,
+        "model.norm.weight": "model-00002-of-00002.safetensors",
+    }
+    (model / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
     return ws.run(ws.tmp / "out", "--model", str(model))
 
 
@@ -217,6 +250,19 @@ REFUSALS = [
     Refusal("broken config.json", 1, broken_config, ("config.json is not valid JSON",)),
     Refusal("missing config.json", 1, missing_config, ("has no config.json",)),
     Refusal("model is a file", 1, model_is_a_file, ("is a file", "checkpoint folder")),
+    Refusal(
+        "model folder without weights",
+        1,
+        no_weights,
+        ("has no weight files vLLM can load", "*.safetensors", "load_format=dummy"),
+    ),
+    Refusal("weight shard cut short", 1, shard_cut_short, ("cut short", "copy it again")),
+    Refusal(
+        "index naming a missing shard",
+        1,
+        index_names_a_missing_shard,
+        ("model-00002-of-00002.safetensors", "missing"),
+    ),
     Refusal("--output is a file", 1, output_is_a_file, ("is a file, not a folder",)),
     Refusal("--output inside a file", 1, output_inside_a_file, ("no folder can be made",)),
     Refusal(
@@ -451,3 +497,86 @@ def test_interrupted(ws: Workspace, case: Interrupt):
     leftovers = list(ws.tmp.rglob(".tmp-*"))
     assert not leftovers, leftovers  # nothing half-written beside the results
     case.check(ws, started, stdout, stderr)
+
+
+# ------------------------------------------------------------------------------ one writer
+
+
+def _lock_holder(out: Path) -> int | None:
+    try:
+        return int(json.loads((out / LOCK_NAME).read_text())["pid"])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def test_one_writer_per_folder_and_a_killed_holder_leaves_remains(ws: Workspace):
+    """A run holds its output folder (stopped with SIGSTOP once it holds it, so it stays there
+    as long as the test needs); a second run, an evaluate and a package aimed at that folder
+    are each refused at once naming the holder; once the holder is killed (SIGKILL: no chance
+    to clean up) the folder is free again and the next command says what was left there."""
+    out = ws.tmp / "out"
+    holder = start_cli(*ws.run(out, *FAST))
+    try:
+        wait_for(
+            lambda: _lock_holder(out) == holder.pid, 120, "the run to lock its folder", [holder]
+        )
+        os.killpg(holder.pid, signal.SIGSTOP)
+        before = snapshot(out)
+        log = ws.finished / "accuracy" / "mlperf_log_accuracy.json"
+        second = {
+            "run": ws.run(out, *FAST),
+            "evaluate": _evaluate_args(ws, log, ws.dataset, "--output", str(out)),
+            "package": package_args(ws.finished, out),
+        }
+        for kind, argv in second.items():
+            proc = cli(*argv, timeout=120)
+            assert proc.returncode == 2, (kind, proc.stdout[-2000:], proc.stderr[-2000:])
+            line = assert_one_line(
+                proc.stderr,
+                proc.stdout,
+                "error: ",
+                f"{out} is being written by another command",
+                f"pid {holder.pid}",
+                "mlperf-vllm run",
+            )
+            assert "--output" in line or "--out" in line, line
+            assert "EngineCore" not in proc.stdout + proc.stderr, kind
+            assert snapshot(out) == before, kind  # nothing written into the holder's folder
+    finally:
+        kill_group(holder)  # SIGKILL, stopped or not
+        holder.wait(timeout=30)
+    assert (out / LOCK_NAME).exists()  # the dead holder could not remove its record...
+    after = cli(*_evaluate_args(ws, log, ws.dataset, "--output", str(out)), timeout=300)
+    assert after.returncode == 0, (
+        after.stdout[-2000:] + after.stderr[-3000:]
+    )  # ...nor keep the lock
+    notes = [ln for ln in after.stdout.splitlines() if ln.startswith("note: ")]
+    assert len(notes) == 1 and "remains of an interrupted command" in notes[0], after.stdout
+    assert f"pid {holder.pid}" in notes[0] and "mlperf-vllm run" in notes[0], notes[0]
+    assert (out / "accuracy.json").is_file()
+    assert not (out / LOCK_NAME).exists()  # a command that ends removes its record
+
+
+def test_an_engine_start_that_fails_says_vllms_root_cause_in_one_line(ws: Workspace):
+    """Weights that pass every check before the engine (a readable safetensors file) but belong
+    to no Llama: vLLM fails inside its worker process. The command ends with one `error:` line
+    carrying the worker's own reason, no traceback on the terminal, and vLLM's whole output of
+    the start kept in the run's folder."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    model = ws.model_copy()
+    for f in model.glob("*.safetensors"):
+        f.unlink()
+    save_file(
+        {"not_a_llama_tensor": np.zeros(4, dtype=np.float32)}, str(model / "model.safetensors")
+    )
+    out = ws.tmp / "out"
+    proc = cli(*ws.run(out, *FAST, "--model", str(model)), timeout=600)
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-3000:]
+    line = assert_one_line(proc.stderr, proc.stdout, "error: ", "the vLLM engine did not start")
+    assert "not_a_llama_tensor" in line, line  # the worker's reason, not "see root cause above"
+    assert "root cause above" not in line, line
+    kept = (out / "engine_start.log").read_text()
+    assert "Traceback" in kept and "not_a_llama_tensor" in kept
+    assert json.loads((out / "result.json").read_text())["status"] == "failed"

@@ -128,7 +128,10 @@ def calibrate_request(args: argparse.Namespace, extra: list[str]) -> CalibrateRe
 
 
 def cmd_calibrate(args: argparse.Namespace, extra: list[str]) -> int:
+    from harness.folder_lock import one_writer
     from harness.submission.calibrate import calibrate
 
-    calibrate(calibrate_request(args, extra))
+    req = calibrate_request(args, extra)
+    with one_writer(args.output, "--output"):  # its runs lock their own subfolders
+        calibrate(req)
     return EXIT_OK

@@ -48,6 +48,15 @@ def add_parser(sub) -> None:
 
 
 def cmd_compliance(args: argparse.Namespace) -> int:
+    from harness.folder_lock import one_writer
+
+    if not args.log_dir.is_dir():  # said by run_test06 in full; no folder made for it here
+        return _test06(args)
+    with one_writer(args.output or args.log_dir, "--output"):
+        return _test06(args)
+
+
+def _test06(args: argparse.Namespace) -> int:
     from harness.submission.compliance import run_test06
 
     result, verify = run_test06(

@@ -94,6 +94,7 @@ def ensure_assets(cache: Path, samples: int | None, tiny: bool) -> DemoAssets:
 
 def run_demo(args: argparse.Namespace) -> int:
     from harness import tracking
+    from harness.folder_lock import one_writer
     from harness.run.runner import RunRequest, prepare, run
     from harness.run.summary import render_result
     from harness.submission.preflight import settings_check
@@ -115,13 +116,17 @@ def run_demo(args: argparse.Namespace) -> int:
         accuracy_level=accuracy_level_for(DEMO_BENCHMARK),
         overwrite=True,  # the demo's folder is its own: a second demo replaces the first
     )
-    prepared = prepare(req)
-    with tracking.tracked_run(
-        cfg, tracking.run_name(req, args.output), output_dir=args.output, tags={"command": "demo"}
-    ) as trk:
-        outcome = run(req, prepared=prepared, check_settings=settings_check)
-        print(render_result(outcome.result), flush=True)
-        print(f"results: {outcome.path}")
+    with one_writer(args.output, "--output"):
+        prepared = prepare(req)
+        with tracking.tracked_run(
+            cfg,
+            tracking.run_name(req, args.output),
+            output_dir=args.output,
+            tags={"command": "demo"},
+        ) as trk:
+            outcome = run(req, prepared=prepared, check_settings=settings_check)
+            print(render_result(outcome.result), flush=True)
+            print(f"results: {outcome.path}")
     if cfg.enabled and not trk.logging_error:
         print(
             f"logged to MLflow ({cfg.uri}, experiment {cfg.experiment!r}); browse with: "

@@ -88,6 +88,15 @@ def add_parser(sub) -> None:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
+    from harness.folder_lock import one_writer
+
+    out_dir = args.output if args.output is not None else args.accuracy_log.parent
+    check_output_dir(out_dir, "--output")
+    with one_writer(out_dir, "--output"):
+        return _evaluate(args)
+
+
+def _evaluate(args: argparse.Namespace) -> int:
     from evaluation import EvaluationError, evaluate
     from harness import tracking
     from harness.benchmarks import get_benchmark

@@ -228,6 +228,7 @@ def run_request_from_argv(argv: list[str]):
 
 def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
     from harness import tracking
+    from harness.folder_lock import one_writer
     from harness.run.runner import prepare, run
     from harness.run.summary import render_result
     from harness.submission.compliance import verify_test06_run
@@ -237,20 +238,21 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
         print(f"{choose_round_for(args, args.benchmark).note}", flush=True)
 
     req = build_run_request(args, extra)
-    prepared = prepare(req)  # bad input stops here: no MLflow run, no mlflow.db
-    cfg = tracking_config(args)
-    tracking.check_reachable(cfg)  # before any engine starts
-    with tracking.tracked_run(
-        cfg, tracking.run_name(req, args.output), output_dir=args.output
-    ) as trk:
-        outcome = run(
-            req,
-            prepared=prepared,
-            check_settings=settings_check,
-            check_test06=verify_test06_run,
-        )
-        print(render_result(outcome.result), flush=True)
-        print(f"results: {outcome.path}")
+    with one_writer(req.output, "--output"):  # a second writer of the folder stops here
+        prepared = prepare(req)  # bad input stops here: no MLflow run, no mlflow.db
+        cfg = tracking_config(args)
+        tracking.check_reachable(cfg)  # before any engine starts
+        with tracking.tracked_run(
+            cfg, tracking.run_name(req, args.output), output_dir=args.output
+        ) as trk:
+            outcome = run(
+                req,
+                prepared=prepared,
+                check_settings=settings_check,
+                check_test06=verify_test06_run,
+            )
+            print(render_result(outcome.result), flush=True)
+            print(f"results: {outcome.path}")
     if trk.logging_error:
         return EXIT_ERROR
     return strict_code(

@@ -85,6 +85,13 @@ def _pairs(items: list[str], flag: str) -> dict[str, str]:
 
 
 def cmd_package(args: argparse.Namespace) -> int:
+    from harness.folder_lock import one_writer
+
+    with one_writer(args.out, "--out"):
+        return _package(args)
+
+
+def _package(args: argparse.Namespace) -> int:
     from harness.submission.package import PackageRequest, package
 
     report = package(

@@ -96,7 +96,10 @@ def cmd_sweep(args: Any) -> int:
             f"{opts.noise_floor:.0%} floor is noise, and larger ones are unconfirmed",
             flush=True,
         )
-    sweep = run_sweep(args.plan, opts, cfg)
+    from harness.folder_lock import one_writer
+
+    with one_writer(output, "--output"):  # each configuration's run locks its own subfolder
+        sweep = run_sweep(args.plan, opts, cfg)
     print(markdown_table(sweep.rows, opts.kind))
     print(RULES)
     print(f"sweep results: {output / 'sweep.md'} {output / 'sweep.csv'} {output / 'sweep.png'}")

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import UsageError
+from harness.run.engine_log import ENGINE_START_LOG
 from harness.run.result import RESULT_FILE, TEST06_DIR, RunResult
 from harness.run.settings import LOADGEN_SCENARIO, NO_AUDIT_NAME
 from harness.run.user_conf import ignored_lines
@@ -35,7 +36,15 @@ def check_sut_options(req: Any) -> None:
 
 # What a run writes into its output folder; an earlier run's are removed together before a
 # new run starts there, so no file of one run ever sits beside the result.json of another.
-RUN_OUTPUTS = ("performance", "accuracy", TEST06_DIR, RESULT_FILE, "audit.config", NO_AUDIT_NAME)
+RUN_OUTPUTS = (
+    "performance",
+    "accuracy",
+    TEST06_DIR,
+    RESULT_FILE,
+    "audit.config",
+    NO_AUDIT_NAME,
+    ENGINE_START_LOG,
+)
 
 
 def earlier_run(output: Path, overwrite: bool) -> str | None:

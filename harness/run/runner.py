@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness import files
 from harness.benchmarks import Benchmark, resolve
 from harness.datasets import (
     LoadedDataset,
@@ -39,6 +40,7 @@ from harness.run.checks import (
     require_punkt,
 )
 from harness.run.cost import add_cost
+from harness.run.engine_log import ENGINE_START_LOG, EngineStartLog, root_cause
 from harness.run.environment import RUN_VERSION_DISTS, installed_versions
 from harness.run.loadgen_test import EngineFailure, loadgen_still_running, run_loadgen_test
 from harness.run.logs import ACCURACY_LOG, DETAIL_LOG, parse_detail_log, performance_result
@@ -53,6 +55,7 @@ from harness.run.settings import (
 )
 from harness.run.timeline import record_timeline
 from harness.run.warmup import warm_up
+from harness.run.weights import check_model_weights
 from sut.engine import describe_error, resolved_engine_args, resolved_settings, vllm_reason
 from sut.lifecycle import (
     DEFAULT_ENGINE_START_TIMEOUT_S,
@@ -171,6 +174,7 @@ def prepare(req: RunRequest) -> PreparedRun:
     )
     engine_config = make_engine_config(str(req.model), req.engine_overrides)
     load_format = str(engine_config.kwargs.get("load_format", "auto"))
+    check_model_weights(req.model, load_format)
     if req.model.is_dir():
         vocab, ctx = model_vocab_and_context(req.model)
         max_len = engine_config.kwargs.get("max_model_len") or ctx
@@ -381,17 +385,25 @@ def _run_tests(
 
     qsl = TokenQSL(prep.dataset.prompts, settings.performance_sample_count_override or None)
     t0 = time.monotonic()
+    start_log = EngineStartLog.begin()  # vLLM's processes' output, held until the start is decided
     try:
         sut = build_sut(prep)
     except BaseException as exc:  # the engine failed to start, or the start was interrupted
+        printed = start_log.failed()
         qsl.destroy()
         result.status = ending_status(exc)
         result.error = f"engine start failed: {type(exc).__name__}: {exc}"
         result.write(result_path)
+        kept = ""
+        if printed.strip():
+            files.write_text(out / ENGINE_START_LOG, printed)
+            kept = f" (vLLM's output of the start: {out / ENGINE_START_LOG})"
         if isinstance(exc, Exception) and not isinstance(exc, EngineStartTimeout):
-            # one line with vLLM's reason instead of a traceback from deep inside it
-            raise EngineFailure(f"the vLLM engine did not start: {vllm_reason(exc)}") from exc
+            # one line with vLLM's root cause instead of tracebacks from its processes
+            cause = root_cause(printed) or vllm_reason(exc)
+            raise EngineFailure(f"the vLLM engine did not start: {cause}{kept}") from exc
         raise
+    start_log.started()
     result.engine_start_s = round(time.monotonic() - t0, 2)
     resolved = resolved_settings(getattr(sut, "vllm_config", None))
     result.engine_resolved = resolved

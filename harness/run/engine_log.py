@@ -1,0 +1,125 @@
+"""What vLLM prints while its engine starts, held back until the start is decided.
+
+vLLM's engine core and workers are processes of their own: when an engine start fails, each
+prints its traceback to the stderr it inherited, and the exception that reaches us only says
+"Engine core initialization failed. See root cause above". So for the start, this process's
+file descriptor 2 (which every process it starts inherits) goes through a pipe, read by a
+thread:
+
+- the start succeeds: what was held goes to the real stderr, and everything after passes
+  straight through (the engine's processes keep the pipe for their lives; the thread forwards
+  for as long as they write);
+- the start fails or is interrupted: nothing held reaches the terminal. The whole text is kept
+  for the run's folder (`engine_start.log`), and the root cause, the first exception line that
+  is not one of vLLM's "see above" wrappers, becomes the one error line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import sys
+import threading
+
+ENGINE_START_LOG = "engine_start.log"
+MAX_HELD = 4 << 20  # bytes held while the engine starts (a start prints ~100 KB)
+
+# "(Worker pid=1) ERROR 11-25 17:30:06 [file.py:953] RuntimeError: text" -> "RuntimeError: text"
+_PREFIX = re.compile(r"^(?:\([\w.-]+ pid=\d+\)\s+)?(?:[A-Z]+\s+\d\d-\d\d \S+ \[[^\]]*\]\s+)?")
+_EXC = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)):\s*(.+)$")
+_WRAPPERS = ("see root cause above", "see stack trace for root cause", "initialization failed")
+
+
+def root_cause(text: str, limit: int = 400) -> str | None:
+    """The first exception line of vLLM's processes that is not a wrapper of another."""
+    for raw in text.splitlines():
+        line = _PREFIX.sub("", raw.strip())
+        m = _EXC.match(line)
+        if m and not any(w in line.lower() for w in _WRAPPERS):
+            text = " ".join(line.split())
+            return text if len(text) <= limit else text[: limit - 3] + "..."
+    return None
+
+
+class _Held:
+    """One file descriptor (1 or 2) through a pipe, held, passed or dropped."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd, self.real = fd, -1
+        self.held: list[bytes] = []
+        self.size = 0
+        self.state = "hold"  # then "pass" (started) or "drop" (failed)
+        self.lock = threading.Lock()
+        try:
+            real = os.dup(fd)
+            r, w = os.pipe()
+        except OSError:  # nothing to take over: nothing is held back
+            self.state = "pass"
+            return
+        self.real = real
+        os.dup2(w, fd)
+        os.close(w)
+        threading.Thread(target=self._pump, args=(r,), name=f"engine-fd{fd}", daemon=True).start()
+
+    def _pump(self, r: int) -> None:
+        while True:
+            try:
+                chunk = os.read(r, 65536)
+            except OSError:
+                return
+            if not chunk:
+                os.close(r)
+                return
+            with self.lock:
+                state = self.state
+                if state == "hold" and self.size < MAX_HELD:
+                    self.held.append(chunk)
+                    self.size += len(chunk)
+            if state == "pass":
+                with contextlib.suppress(OSError):
+                    os.write(self.real, chunk)
+
+    def end(self, state: str) -> bytes:
+        if self.real >= 0:
+            os.dup2(self.real, self.fd)
+        with self.lock:
+            held, self.held, self.state = self.held, [], state
+            if state == "pass":
+                for chunk in held:
+                    with contextlib.suppress(OSError):
+                        os.write(self.real, chunk)
+        return b"".join(held)
+
+
+class EngineStartLog:
+    """stdout and stderr through pipes while the engine starts (see the module doc); vLLM's
+    logger writes to stdout, a dying process's traceback goes to stderr."""
+
+    def __init__(self, held: list[_Held]) -> None:
+        self.held = held
+
+    @classmethod
+    def begin(cls) -> EngineStartLog:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        return cls([_Held(1), _Held(2)])
+
+    def _flush(self) -> None:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+
+    def started(self) -> None:
+        """The engine is up: what was held goes out now, the rest as it comes."""
+        self._flush()
+        for h in self.held:
+            h.end("pass")
+
+    def failed(self) -> str:
+        """The start failed: stdout and stderr are ours again; returns what was printed
+        meanwhile (stdout's, then stderr's), none of it shown. Engine processes still dying
+        may write more: that is dropped."""
+        self._flush()
+        return "".join(h.end("drop").decode("utf-8", "replace") for h in self.held)
