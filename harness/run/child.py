@@ -11,7 +11,6 @@ tests/test_child_run.py parses what it writes with the CLI's own parser.
 from __future__ import annotations
 
 import os
-import re
 import shlex
 import subprocess
 import sys
@@ -20,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.proc.children import EXIT_TIMEOUT, run_child
+from harness.run.engine_log import exception_lines, root_cause
 from harness.run.result import RESULT_FILE, RunResult
 
 RUN_LOG = "run.log"  # the child's stdout and stderr, in its output folder
@@ -146,33 +146,19 @@ def _timeout_line(child: ChildRun) -> str:
     return f"TimeoutError: the run ran past {child.timeout_flag} {limit}".rstrip()
 
 
-_LOG_PREFIX_RE = re.compile(r"^\([^)]*pid=\d+\)\s+(?:[A-Z]+\s+\d\d-\d\d [\d:]+\s+\[[^\]]*\]\s+)?")
-_EXC_RE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Failure)):\s*(.+)$")
-# Wrappers that point at a root cause printed earlier, not the cause itself.
-_GENERIC = (
-    "Engine core initialization failed",
-    "please check the stack trace above",
-    "See root cause above",
-    "engine start failed: RuntimeError: Engine core",
-)
-
-
 def failure_line(log_text: str, result_error: str | None = None) -> str:
     """The most specific line on why a run failed: the engine's own words (e.g. the worker's
     `ValueError: No common block size for 7`), not the wrappers around them; else what the
     run recorded, else the CLI's one-line `error:` (bad input), else the log's last line."""
-    found: list[str] = []
-    cli_errors: list[str] = []
-    for raw in log_text.splitlines():
-        line = _LOG_PREFIX_RE.sub("", raw.strip())
-        m = _EXC_RE.match(line)
-        if m:
-            found.append(f"{m.group(1).rsplit('.', 1)[-1]}: {m.group(2).strip()}")
-        elif line.startswith("error: "):
-            cli_errors.append(line.removeprefix("error: "))
-    specific = [f for f in found if not any(g in f for g in _GENERIC)]
+    found = exception_lines(log_text)
+    cli_errors = [
+        ln.strip().removeprefix("error: ")
+        for ln in log_text.splitlines()
+        if ln.strip().startswith("error: ")
+    ]
+    specific = root_cause(log_text, limit=10_000)
     if specific:
-        return specific[0]
+        return specific
     if result_error:
         return result_error
     if cli_errors:

@@ -21,24 +21,44 @@ import os
 import re
 import sys
 import threading
+import time
 
 ENGINE_START_LOG = "engine_start.log"
 MAX_HELD = 4 << 20  # bytes held while the engine starts (a start prints ~100 KB)
 
 # "(Worker pid=1) ERROR 11-25 17:30:06 [file.py:953] RuntimeError: text" -> "RuntimeError: text"
-_PREFIX = re.compile(r"^(?:\([\w.-]+ pid=\d+\)\s+)?(?:[A-Z]+\s+\d\d-\d\d \S+ \[[^\]]*\]\s+)?")
-_EXC = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)):\s*(.+)$")
-_WRAPPERS = ("see root cause above", "see stack trace for root cause", "initialization failed")
+_PREFIX = re.compile(r"^\([^)]*pid=\d+\)\s+(?:[A-Z]+\s+\d\d-\d\d [\d:]+\s+\[[^\]]*\]\s+)?")
+_EXC = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Failure|Interrupt)):\s*(.+)$")
+# Wrappers that point at a root cause printed earlier, not the cause itself.
+_WRAPPERS = (
+    "engine core initialization failed",
+    "please check the stack trace above",
+    "see root cause above",
+    "see stack trace for root cause",
+    "initialization failed due to an exception in a background process",
+)
+
+
+def exception_lines(text: str) -> list[str]:
+    """Every `Name: message` line of a log, vLLM's process prefixes stripped, names short."""
+    found = []
+    for raw in text.splitlines():
+        m = _EXC.match(_PREFIX.sub("", raw.strip()))
+        if m:
+            found.append(f"{m.group(1).rsplit('.', 1)[-1]}: {' '.join(m.group(2).split())}")
+    return found
+
+
+def is_wrapper(line: str) -> bool:
+    return any(w in line.lower() for w in _WRAPPERS)
 
 
 def root_cause(text: str, limit: int = 400) -> str | None:
-    """The first exception line of vLLM's processes that is not a wrapper of another."""
-    for raw in text.splitlines():
-        line = _PREFIX.sub("", raw.strip())
-        m = _EXC.match(line)
-        if m and not any(w in line.lower() for w in _WRAPPERS):
-            text = " ".join(line.split())
-            return text if len(text) <= limit else text[: limit - 3] + "..."
+    """The first exception line of a log that is not a wrapper of another (the worker's
+    `ValueError: No common block size for 7`, not "see root cause above")."""
+    for line in exception_lines(text):
+        if not is_wrapper(line):
+            return line if len(line) <= limit else line[: limit - 3] + "..."
     return None
 
 
@@ -51,6 +71,7 @@ class _Held:
         self.size = 0
         self.state = "hold"  # then "pass" (started) or "drop" (failed)
         self.lock = threading.Lock()
+        self.thread: threading.Thread | None = None
         try:
             real = os.dup(fd)
             r, w = os.pipe()
@@ -60,7 +81,10 @@ class _Held:
         self.real = real
         os.dup2(w, fd)
         os.close(w)
-        threading.Thread(target=self._pump, args=(r,), name=f"engine-fd{fd}", daemon=True).start()
+        self.thread = threading.Thread(
+            target=self._pump, args=(r,), name=f"engine-fd{fd}", daemon=True
+        )
+        self.thread.start()
 
     def _pump(self, r: int) -> None:
         while True:
@@ -104,7 +128,21 @@ class EngineStartLog:
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):
                 stream.flush()
+        # Python's resource tracker, once started, lives as long as this interpreter: started
+        # here, before the redirection, it keeps the real stdout and stderr, not our pipes.
+        with contextlib.suppress(Exception):
+            from multiprocessing import resource_tracker
+
+            resource_tracker.ensure_running()
         return cls([_Held(1), _Held(2)])
+
+    def close(self, timeout_s: float = 3.0) -> None:
+        """After the engine stopped: its processes closed their ends of the pipes, so the
+        threads forward what is left and end (waited for up to `timeout_s`)."""
+        deadline = time.monotonic() + timeout_s
+        for h in self.held:
+            if h.thread is not None:
+                h.thread.join(max(0.0, deadline - time.monotonic()))
 
     def _flush(self) -> None:
         for stream in (sys.stdout, sys.stderr):

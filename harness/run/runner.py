@@ -391,15 +391,17 @@ def _run_tests(
     except BaseException as exc:  # the engine failed to start, or the start was interrupted
         printed = start_log.failed()
         qsl.destroy()
+        failed = isinstance(exc, Exception) and not isinstance(exc, EngineStartTimeout)
+        # vLLM's root cause, printed by its own processes, over the wrapper that reached us
+        cause = (root_cause(printed) if failed else None) or f"{type(exc).__name__}: {exc}"
         result.status = ending_status(exc)
-        result.error = f"engine start failed: {type(exc).__name__}: {exc}"
+        result.error = f"engine start failed: {cause}"
         result.write(result_path)
         kept = ""
         if printed.strip():
             files.write_text(out / ENGINE_START_LOG, printed)
             kept = f" (vLLM's output of the start: {out / ENGINE_START_LOG})"
-        if isinstance(exc, Exception) and not isinstance(exc, EngineStartTimeout):
-            # one line with vLLM's root cause instead of tracebacks from its processes
+        if failed:  # one line instead of tracebacks from vLLM's processes
             cause = root_cause(printed) or vllm_reason(exc)
             raise EngineFailure(f"the vLLM engine did not start: {cause}{kept}") from exc
         raise
@@ -475,6 +477,7 @@ def _run_tests(
             sut.ledger.abandon()
         sut.stop(stop_timeout_s)
         qsl.destroy()
+        start_log.close()  # the engine's processes are gone: their output pipes are closed
 
 
 def _run_test06(
