@@ -142,11 +142,9 @@ def acquire(folder: Path, flag: str, command: Sequence[str] | None = None) -> Fo
 
 
 @contextlib.contextmanager
-def one_writer(
-    folder: Path, flag: str, command: Sequence[str] | None = None
-) -> Iterator[FolderLock]:
+def one_writer(folder: Path, flag: str) -> Iterator[FolderLock]:
     """Hold `folder`'s lock for the block; says what an interrupted holder left."""
-    lock = acquire(folder, flag, command)
+    lock = acquire(folder, flag)
     try:
         if lock.remains:
             print(f"note: {lock.remains}", flush=True)

@@ -68,11 +68,14 @@ class _PrefillPolicyMixin:
             self.policy_cap, self.policy_every = read.cap, read.every
             self.policy_deadline_s = read.deadline_ms / 1000.0
 
-    def _decode_tokens(self) -> int:
-        """Tokens the running decodes need this step, counted low (see the module doc)."""
-        n = 0
+    def _scan_running(self) -> tuple[int, float | None]:
+        """One pass over the running requests: the tokens their decodes need this step,
+        counted low (see the module doc), and the arrival time (wall clock) of the oldest one
+        whose prompt is still being prefilled in chunks."""
+        n, oldest = 0, None
         for r in self.running:
             if r.is_prefill_chunk:
+                oldest = r.arrival_time if oldest is None else min(oldest, r.arrival_time)
                 continue
             placeholders = r.num_output_placeholders
             if (
@@ -81,20 +84,16 @@ class _PrefillPolicyMixin:
             ):
                 continue  # async scheduling: its last token is already scheduled
             n += 1
-        return n
+        return n, oldest
 
-    def _oldest_unprefilled(self) -> float | None:
-        """Arrival time (wall clock) of the oldest prompt not yet fully prefilled, if any."""
-        oldest = None
-        # FCFS queues, the head is the oldest (vLLM 0.26: skipped_waiting, 0.32: kv_holding_waiting)
+    def _oldest_waiting(self, oldest: float | None) -> float | None:
+        """`oldest`, or an earlier arrival at the head of vLLM's waiting queues (FCFS: the head
+        is the oldest; vLLM 0.26 adds skipped_waiting, 0.32 kv_holding_waiting)."""
         for name in ("waiting", "skipped_waiting", "kv_holding_waiting"):
             queue = getattr(self, name, None)
             if queue:
                 t = queue.peek_request().arrival_time
                 oldest = t if oldest is None else min(oldest, t)
-        for r in self.running:
-            if r.is_prefill_chunk:
-                oldest = r.arrival_time if oldest is None else min(oldest, r.arrival_time)
         return oldest
 
     def schedule(self, throttle_prefills: bool = False) -> Any:
@@ -106,12 +105,12 @@ class _PrefillPolicyMixin:
         cap, every = self.policy_cap, self.policy_every
         if cap <= 0 and every <= 1:
             return super().schedule(throttle_prefills)  # type: ignore[misc]
-        decodes = self._decode_tokens()
+        decodes, oldest_chunk = self._scan_running()
         budget = self.max_num_scheduled_tokens
         self._since_prefill += 1
         prefill = cap if cap > 0 else budget
         if every > 1 and decodes:
-            oldest = self._oldest_unprefilled()
+            oldest = self._oldest_waiting(oldest_chunk)  # the oldest prompt not yet prefilled
             due = self._since_prefill >= every or (
                 oldest is not None
                 and self.policy_deadline_s > 0

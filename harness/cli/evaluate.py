@@ -19,7 +19,6 @@ from harness.cli.flags import (
     tracking_config,
 )
 from harness.errors import UsageError
-from harness.files import check_output_dir
 
 
 def add_evaluate_arguments(parser: argparse.ArgumentParser) -> None:
@@ -91,8 +90,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from harness.folder_lock import one_writer
 
     out_dir = args.output if args.output is not None else args.accuracy_log.parent
-    check_output_dir(out_dir, "--output")
-    with one_writer(out_dir, "--output"):
+    with one_writer(out_dir, "--output"):  # checks the folder first, as every writer's lock
         return _evaluate(args)
 
 
@@ -108,7 +106,6 @@ def _evaluate(args: argparse.Namespace) -> int:
         raise UsageError(str(exc).strip("'\"")) from None
     level = accuracy_level_of(args, args.benchmark)
     out_dir = args.output if args.output is not None else args.accuracy_log.parent
-    check_output_dir(out_dir, "--output")
     if not args.tokenizer.is_dir():
         raise UsageError(
             f"tokenizer {args.tokenizer} is not a folder: pass --tokenizer the model's local "

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.proc.children import EXIT_TIMEOUT, run_child
-from harness.run.engine_log import exception_lines, root_cause
+from harness.run.engine_log import exception_lines, first_cause
 from harness.run.result import RESULT_FILE, RunResult
 
 RUN_LOG = "run.log"  # the child's stdout and stderr, in its output folder
@@ -156,7 +156,7 @@ def failure_line(log_text: str, result_error: str | None = None) -> str:
         for ln in log_text.splitlines()
         if ln.strip().startswith("error: ")
     ]
-    specific = root_cause(log_text, limit=10_000)
+    specific = first_cause(found)
     if specific:
         return specific
     if result_error:

@@ -1,14 +1,14 @@
 """What vLLM prints while its engine starts, held back until the start is decided.
 
 vLLM's engine core and workers are processes of their own: when an engine start fails, each
-prints its traceback to the stderr it inherited, and the exception that reaches us only says
-"Engine core initialization failed. See root cause above". So for the start, this process's
-file descriptor 2 (which every process it starts inherits) goes through a pipe, read by a
-thread:
+prints its traceback (vLLM's logger to stdout, a dying process's to stderr), and the exception
+that reaches us only says "Engine core initialization failed. See root cause above". So for the
+start, this process's stdout and stderr (which every process it starts inherits) go through
+pipes, each read by a thread:
 
-- the start succeeds: what was held goes to the real stderr, and everything after passes
-  straight through (the engine's processes keep the pipe for their lives; the thread forwards
-  for as long as they write);
+- the start succeeds: what was held goes to the real stream, and everything after passes
+  straight through (the engine's processes keep the pipes for their lives; the threads forward
+  until those processes end);
 - the start fails or is interrupted: nothing held reaches the terminal. The whole text is kept
   for the run's folder (`engine_start.log`), and the root cause, the first exception line that
   is not one of vLLM's "see above" wrappers, becomes the one error line.
@@ -56,10 +56,21 @@ def is_wrapper(line: str) -> bool:
 def root_cause(text: str, limit: int = 400) -> str | None:
     """The first exception line of a log that is not a wrapper of another (the worker's
     `ValueError: No common block size for 7`, not "see root cause above")."""
-    for line in exception_lines(text):
-        if not is_wrapper(line):
-            return line if len(line) <= limit else line[: limit - 3] + "..."
-    return None
+    line = first_cause(exception_lines(text))
+    if line is None or len(line) <= limit:
+        return line
+    return line[: limit - 3] + "..."
+
+
+def first_cause(lines: list[str]) -> str | None:
+    """The first of `exception_lines` that is not a wrapper."""
+    return next((line for line in lines if not is_wrapper(line)), None)
+
+
+def _flush() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
 
 
 class _Held:
@@ -125,9 +136,7 @@ class EngineStartLog:
 
     @classmethod
     def begin(cls) -> EngineStartLog:
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(Exception):
-                stream.flush()
+        _flush()
         # Python's resource tracker, once started, lives as long as this interpreter: started
         # here, before the redirection, it keeps the real stdout and stderr, not our pipes.
         with contextlib.suppress(Exception):
@@ -144,14 +153,9 @@ class EngineStartLog:
             if h.thread is not None:
                 h.thread.join(max(0.0, deadline - time.monotonic()))
 
-    def _flush(self) -> None:
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(Exception):
-                stream.flush()
-
     def started(self) -> None:
         """The engine is up: what was held goes out now, the rest as it comes."""
-        self._flush()
+        _flush()
         for h in self.held:
             h.end("pass")
 
@@ -159,5 +163,5 @@ class EngineStartLog:
         """The start failed: stdout and stderr are ours again; returns what was printed
         meanwhile (stdout's, then stderr's), none of it shown. Engine processes still dying
         may write more: that is dropped."""
-        self._flush()
+        _flush()
         return "".join(h.end("drop").decode("utf-8", "replace") for h in self.held)

@@ -393,17 +393,17 @@ def _run_tests(
         qsl.destroy()
         failed = isinstance(exc, Exception) and not isinstance(exc, EngineStartTimeout)
         # vLLM's root cause, printed by its own processes, over the wrapper that reached us
-        cause = (root_cause(printed) if failed else None) or f"{type(exc).__name__}: {exc}"
+        cause = root_cause(printed) if failed else None
         result.status = ending_status(exc)
-        result.error = f"engine start failed: {cause}"
+        result.error = f"engine start failed: {cause or f'{type(exc).__name__}: {exc}'}"
         result.write(result_path)
         kept = ""
         if printed.strip():
             files.write_text(out / ENGINE_START_LOG, printed)
             kept = f" (vLLM's output of the start: {out / ENGINE_START_LOG})"
         if failed:  # one line instead of tracebacks from vLLM's processes
-            cause = root_cause(printed) or vllm_reason(exc)
-            raise EngineFailure(f"the vLLM engine did not start: {cause}{kept}") from exc
+            reason = cause or vllm_reason(exc)
+            raise EngineFailure(f"the vLLM engine did not start: {reason}{kept}") from exc
         raise
     start_log.started()
     result.engine_start_s = round(time.monotonic() - t0, 2)
