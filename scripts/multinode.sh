@@ -5,8 +5,11 @@
 #   Llama 3.1 405B on 2 nodes x 8 GPUs (TP 8 inside a node, PP 2 across the nodes, Ray):
 #     node 1:  NODE_IP=10.0.0.1 scripts/multinode.sh ray-head
 #     node 2:  NODE_IP=10.0.0.2 HEAD_IP=10.0.0.1 scripts/multinode.sh ray-worker
-#     node 1:  scripts/multinode.sh ray-check            # expects 16 GPUs in `ray status`
+#     node 1:  scripts/multinode.sh ray-check 405b-2node # 2 live nodes, 16 GPUs, or exit 2
 #     node 1:  MODEL=... DATASET=... scripts/multinode.sh 405b-2node Offline
+#   Ray comes with the `ray` extra (pip install 'mlperf-vllm[ray]'; `make install` has it).
+#   `run` checks the cluster itself before its engine starts (RAY_ADDRESS, or the cluster
+#   started on this node) and never starts a Ray cluster of its own.
 #   Llama 2 70B on one node:
 #     MODEL=... DATASET=... scripts/multinode.sh 70b-2gpu Server     # TP 2 (FP8 fits)
 #     MODEL=... DATASET=... scripts/multinode.sh 70b-8gpu Offline    # DP 4 x TP 2, one LoadGen SUT
@@ -17,11 +20,11 @@
 # the scenario go to `mlperf-vllm run` (any vLLM engine flag).
 # What to check after a run: result.json's engine_args (tensor/pipeline/data parallel sizes and
 # distributed_executor_backend as intended), `Result is : VALID` in performance/, and for Ray
-# runs that `ray status` listed every GPU before the engine started.
+# runs result.json's `cluster` (every node alive, its devices, the layout).
 set -euo pipefail
 source "$(dirname "$0")/_common.sh"
 [ "${1:-}" = --dry-run ] && { DRY_RUN=1; shift; }
-USAGE="usage: multinode.sh [--dry-run] RECIPE [SCENARIO] [run args...]; RECIPE: ray-head, ray-worker, ray-check, 405b-2node, 70b-2gpu, 70b-8gpu, 8b-dp2"
+USAGE="usage: multinode.sh [--dry-run] RECIPE [SCENARIO] [run args...]; RECIPE: ray-head, ray-worker, ray-check [RECIPE], 405b-2node, 70b-2gpu, 70b-8gpu, 8b-dp2"
 what=${1:-}
 [ -n "$what" ] || { echo "$USAGE" >&2; exit 2; }
 shift
@@ -55,8 +58,12 @@ case "$what" in
     net_env; need HEAD_IP "the head node's address"
     run_cmd ray start --address "$HEAD_IP:$RAY_PORT" --node-ip-address "$NODE_IP" \
       --num-gpus "$GPUS_PER_NODE" ;;
-  ray-check)
-    run_cmd ray status ;;
+  ray-check)  # the layout of a Ray recipe against the cluster's live nodes
+    case "${1:-405b-2node}" in
+      405b-2node) run_cmd "${MLPERF_VLLM[@]}" ray-check --tensor-parallel-size 8 \
+        --pipeline-parallel-size 2 --nodes 2 ;;
+      *) echo "error: ray-check knows the Ray recipe 405b-2node; $USAGE" >&2; exit 2 ;;
+    esac ;;
   405b-2node)
     scenario=${1:-Offline}; shift || true
     run_bench llama3_1-405b "$scenario" --tensor-parallel-size 8 --pipeline-parallel-size 2 \

@@ -74,6 +74,13 @@ def test_ray_commands_keep_the_dashboard_on_loopback():
     assert "--address 10.0.0.2:6379" in worker
 
 
+def test_ray_check_asks_for_the_405b_recipes_layout():
+    (line,) = dry("multinode.sh", "ray-check")
+    argv = shlex.split(line)
+    args = build_parser().parse_args(argv[argv.index("ray-check") :])
+    assert (args.tensor_parallel_size, args.pipeline_parallel_size, args.nodes) == (8, 2, 2)
+
+
 @pytest.mark.parametrize("script", ["run_offline.sh", "run_server.sh", "run_accuracy.sh"])
 def test_run_scripts_pass_engine_flags_through(script):
     (line,) = dry(script, "llama3_1-8b", "--max-num-seqs", "512")

@@ -18,6 +18,7 @@ from harness.cli import (
     demo,
     evaluate,
     log_run,
+    ray_check,
     run,
     submission,
     sweep,
@@ -46,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     submission.add_package_commands(sub)
     sweep.add_parser(sub)
     assets.add_parsers(sub)
+    ray_check.add_parser(sub)
     return parser
 
 
@@ -102,6 +104,7 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace, extra: 
             "package": submission.cmd_package,
             "check-submission": submission.cmd_check_submission,
             "rounds": submission.cmd_rounds,
+            "ray-check": ray_check.cmd_ray_check,
         }[args.command]
         return handler(args)
     except UsageError as exc:

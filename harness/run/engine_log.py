@@ -16,6 +16,7 @@ pipes, each read by a thread:
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import re
@@ -25,6 +26,7 @@ import time
 
 ENGINE_START_LOG = "engine_start.log"
 MAX_HELD = 4 << 20  # bytes held while the engine starts (a start prints ~100 KB)
+TAIL = 64 << 10  # bytes of the engine's later output kept, for the reason it dies mid-run
 
 # "(Worker pid=1) ERROR 11-25 17:30:06 [file.py:953] RuntimeError: text" -> "RuntimeError: text"
 _PREFIX = re.compile(r"^\([^)]*pid=\d+\)\s+(?:[A-Z]+\s+\d\d-\d\d [\d:]+\s+\[[^\]]*\]\s+)?")
@@ -51,6 +53,30 @@ def exception_lines(text: str) -> list[str]:
 
 def is_wrapper(line: str) -> bool:
     return any(w in line.lower() for w in _WRAPPERS)
+
+
+# "(EngineCore pid=7) ERROR 11-25 20:22:12 [ray_executor_v2.py:522] RayWorkerProc rank=[1] died"
+_ERROR_LOG = re.compile(r"^\([^)]*pid=\d+\)\s+ERROR\s+\d\d-\d\d [\d:]+\s+\[[^\]]*\]\s(.*)$")
+# vLLM's ERROR lines that are no reason: a traceback's lines, its input dump, the wrappers
+_NOT_A_REASON = ("Traceback", "File ", "Dumping ", "EngineCore encountered a fatal error")
+
+
+def first_error(text: str, limit: int = 300) -> str | None:
+    """The first message vLLM's processes logged at ERROR level that says what happened (the
+    executor's `RayWorkerProc rank=[1] died unexpectedly`), not a traceback line or a
+    wrapper; the engine that died mid-run reports only `EngineDeadError` to its front end."""
+    for raw in text.splitlines():
+        m = _ERROR_LOG.match(raw.strip())
+        if not m:
+            continue
+        msg = m.group(1)
+        if not msg.strip() or msg[0].isspace() or msg.lstrip().startswith(("^", "~")):
+            continue
+        if msg.startswith(_NOT_A_REASON) or is_wrapper(msg):
+            continue
+        msg = " ".join(msg.split())
+        return msg if len(msg) <= limit else msg[: limit - 3] + "..."
+    return None
 
 
 def root_cause(text: str, limit: int = 400) -> str | None:
@@ -80,6 +106,8 @@ class _Held:
         self.fd, self.real = fd, -1
         self.held: list[bytes] = []
         self.size = 0
+        self.tail: collections.deque[bytes] = collections.deque()  # once passing: the latest
+        self.tail_size = 0
         self.state = "hold"  # then "pass" (started) or "drop" (failed)
         self.lock = threading.Lock()
         self.thread: threading.Thread | None = None
@@ -114,6 +142,15 @@ class _Held:
             if state == "pass":
                 with contextlib.suppress(OSError):
                     os.write(self.real, chunk)
+                with self.lock:
+                    self.tail.append(chunk)
+                    self.tail_size += len(chunk)
+                    while self.tail_size > TAIL and len(self.tail) > 1:
+                        self.tail_size -= len(self.tail.popleft())
+
+    def recent(self) -> bytes:
+        with self.lock:
+            return b"".join(self.tail)
 
     def end(self, state: str) -> bytes:
         if self.real >= 0:
@@ -158,6 +195,11 @@ class EngineStartLog:
         _flush()
         for h in self.held:
             h.end("pass")
+
+    def recent(self) -> str:
+        """The engine's processes' latest output since the start (up to TAIL bytes each of
+        stdout's and stderr's), already shown as it came."""
+        return "".join(h.recent().decode("utf-8", "replace") for h in self.held)
 
     def failed(self) -> str:
         """The start failed: stdout and stderr are ours again; returns what was printed

@@ -61,6 +61,7 @@ _OPTIONAL = frozenset(
         "test06",
         "finished_at",
         "sut_options",  # absent in files written before SUT options were recorded
+        "cluster",  # a Ray layout's cluster (harness.run.ray_cluster)
     }
 )
 
@@ -89,6 +90,8 @@ class RunResult:
     performance: dict[str, Any] | None = None
     accuracy: dict[str, Any] | None = None
     error: str | None = None
+    # a Ray layout: the cluster it ran on (nodes, resources, address) and the layout
+    cluster: dict[str, Any] | None = None
     # the submission preflight's verdict (before the engine starts)
     submission: bool | None = None
     round: str | None = None

@@ -40,10 +40,11 @@ from harness.run.checks import (
     require_punkt,
 )
 from harness.run.cost import add_cost
-from harness.run.engine_log import ENGINE_START_LOG, EngineStartLog, root_cause
+from harness.run.engine_log import ENGINE_START_LOG, EngineStartLog, first_error, root_cause
 from harness.run.environment import RUN_VERSION_DISTS, installed_versions
 from harness.run.loadgen_test import EngineFailure, loadgen_still_running, run_loadgen_test
 from harness.run.logs import ACCURACY_LOG, DETAIL_LOG, parse_detail_log, performance_result
+from harness.run.ray_cluster import check_ray_layout, mark_ray_workers
 from harness.run.result import RESULT_FILE, TEST06_DIR, PreflightVerdict, RunResult
 from harness.run.settings import (
     SettingsRequest,
@@ -126,6 +127,7 @@ class PreparedRun:
     warnings: list[str]
     settings: Any  # mlperf_loadgen.TestSettings, built once (FromConfig: once per process)
     earlier: str | None = None  # an earlier run's status in `output`: its files get replaced
+    cluster: dict[str, Any] | None = None  # the Ray cluster a Ray layout runs on (ray_cluster)
 
 
 def prepare(req: RunRequest) -> PreparedRun:
@@ -191,6 +193,7 @@ def prepare(req: RunRequest) -> PreparedRun:
         check_engine_config(engine_config, async_engine=not _uses_offline_sut(req, engine_config))
     except EngineArgError as exc:
         raise UsageError(str(exc)) from None
+    cluster = check_ray_layout(engine_config.kwargs)  # a Ray layout: its cluster, in seconds
     s = bench.sampling
     sampling = {
         "max_tokens": req.max_tokens or s.max_tokens,
@@ -217,6 +220,7 @@ def prepare(req: RunRequest) -> PreparedRun:
         warnings,
         settings,
         earlier,
+        cluster,
     )
 
 
@@ -229,7 +233,18 @@ def _uses_offline_sut(req: RunRequest, engine_config: Any) -> bool:
 
 # Environment variables that change how vLLM, torch or the collective libraries behave, as
 # the run saw them before the engine started (a sweep's env knobs are checked against these).
-ENGINE_ENV_PREFIXES = ("VLLM_", "OMP_", "KMP_", "MKL_", "CUDA_", "NCCL_", "TORCH_", "PYTORCH_")
+ENGINE_ENV_PREFIXES = (
+    "VLLM_",
+    "OMP_",
+    "KMP_",
+    "MKL_",
+    "CUDA_",
+    "NCCL_",
+    "GLOO_",
+    "TORCH_",
+    "PYTORCH_",
+    "RAY_",
+)
 ENGINE_ENV_IGNORED = {"VLLM_RPC_BASE_PATH"}  # a per-process socket folder, not a setting
 
 
@@ -246,6 +261,8 @@ def build_sut(prep: PreparedRun) -> Any:
     everything else: the streaming SUT over `AsyncLLM`. The SUT owns its engine: `stop()`."""
     scenario = prep.request.scenario
     req = prep.request
+    if prep.cluster is not None:
+        mark_ray_workers()  # the workers Ray starts for this run carry its owner token
     if _uses_offline_sut(req, prep.engine_config):
         from sut.offline import OfflineSUT
 
@@ -323,6 +340,7 @@ def run(
         versions=installed_versions(RUN_VERSION_DISTS),
         started_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         command=["mlperf-vllm", *sys.argv[1:]],
+        cluster=prep.cluster,
     )
     for w in prep.warnings:
         print(f"warning: {w}", flush=True)
@@ -461,10 +479,15 @@ def _run_tests(
     except BaseException as exc:
         result.status = ending_status(exc)
         result.error = f"{type(exc).__name__}: {exc}"
+        said = first_error(start_log.recent()) if isinstance(exc, EngineFailure) else None
+        if said:  # the engine died mid-run: its front end only heard "EngineDeadError"
+            result.error += f" (vLLM logged first: {said})"
         keep_stats(mode)
         result.write(result_path)
         if isinstance(exc, KeyboardInterrupt):
             stop_timeout_s = INTERRUPT_STOP_TIMEOUT_S
+        if said:
+            raise EngineFailure(f"{exc} (vLLM logged first: {said})") from exc
         raise
     finally:
         if loadgen_still_running():

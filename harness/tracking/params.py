@@ -47,6 +47,27 @@ def result_params(result: RunResult) -> dict[str, Any]:
         params[f"sampling.{k}"] = v
     for k, v in (result.engine_resolved or {}).items():
         params[f"resolved.{k}"] = v  # what the engine derived and ran with
+    params.update(cluster_params(result.cluster))
+    return params
+
+
+def cluster_params(cluster: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A Ray layout's cluster: its address, live nodes (with their addresses) and resources."""
+    if not cluster:
+        return {}
+    params: dict[str, Any] = {
+        "cluster.address": cluster.get("address"),
+        "cluster.ray_version": cluster.get("ray_version"),
+        "cluster.nodes": cluster.get("nodes_alive"),
+        "cluster.node_ips": ",".join(
+            str(n.get("ip")) for n in cluster.get("nodes") or [] if n.get("alive")
+        ),
+        "cluster.device": cluster.get("device"),
+    }
+    for k, v in (cluster.get("totals") or {}).items():
+        params[f"cluster.{k}"] = v
+    for k, v in (cluster.get("layout") or {}).items():
+        params[f"cluster.layout.{k}"] = v
     return params
 
 
