@@ -18,8 +18,9 @@ nodes: vLLM's Ray executor, the one the 405B recipe's TP 8 x PP 2 uses.
 
 Faults: SIGTERM and SIGKILL of the command mid-run, and a worker node's raylet killed mid-run.
 
-Time budget: 360 s: the cluster start, five engine starts over Ray (Offline, Server, SIGTERM,
-SIGKILL, a node that dies), refusals in seconds each.
+Time budget: 420 s: the cluster start, five engine starts over Ray (Offline, Server, SIGTERM,
+SIGKILL, a node that dies), refusals in seconds each (~330 s alone on two cores, ~450 s beside
+the suite's other worker).
 """
 
 from __future__ import annotations
@@ -305,7 +306,9 @@ def test_offline_tp2_over_two_nodes_is_valid_and_records_the_cluster(
 ):
     out = tmp_path / "offline"
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    args = run_args(tiny_model, tiny_dataset, out, SMOKE / "offline.conf", "--no-evaluate")
+    args = run_args(
+        tiny_model, tiny_dataset, out, SMOKE / "offline.conf", "--no-evaluate", "--max-tokens", "32"
+    )
     args = [a for a in args if a != "--no-mlflow"]
     proc = ray_cluster.cli(*args, *TP2_RAY, "--mlflow-uri", uri, "--experiment", "ray")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-4000:]
@@ -351,7 +354,7 @@ def test_server_tp2_over_two_nodes_is_valid(ray_cluster, tiny_model, tiny_datase
     # compliant); 480 queries let LoadGen's early stopping certify the p99s with none over.
     conf.write_text(
         "*.Server.min_duration = 5000\n*.Server.min_query_count = 480\n"
-        "*.Server.target_qps = 8\n*.Server.ttft_latency = 4000\n*.Server.tpot_latency = 400\n"
+        "*.Server.target_qps = 12\n*.Server.ttft_latency = 4000\n*.Server.tpot_latency = 400\n"
     )
     out = tmp_path / "server"
     args = run_args(
@@ -380,6 +383,11 @@ def _start_long_server_run(ray_cluster, tiny_model, tiny_dataset, out: Path) -> 
     conf.write_text("*.Server.min_duration = 600000\n*.Server.target_qps = 4\n")
     args = run_args(tiny_model, tiny_dataset, out, conf, "--no-evaluate", scenario="Server")
     return ray_cluster.start_cli(*args, *TP2_RAY)
+
+
+def _carrying(token: str) -> list[psutil.Process]:
+    """Every process on this machine whose environment carries a command's owner token."""
+    return [p for p in psutil.process_iter() if token in _environ(p).get(OWNERS, "").split(":")]
 
 
 def _token_of(pid: int) -> str:
@@ -421,10 +429,7 @@ def test_a_signal_mid_run_leaves_no_ray_worker_nor_engine(
         assert took < 60, took
     else:
         assert proc.returncode == -signal.SIGKILL
-    ours = lambda: [  # noqa: E731
-        p for p in psutil.process_iter() if token in _environ(p).get(OWNERS, "").split(":")
-    ]
-    wait_for(lambda: not ours(), 30, "every process of the run (engine, Ray workers) to end")
+    wait_for(lambda: not _carrying(token), 30, "every process of the run (engine, workers) to end")
     # the cluster is the one the test started, whole: the command started none of its own
     assert {ip: p.pid for ip, p in ray_cluster.raylets().items()} == raylets_before
     gcs = [p for p in psutil.process_iter() if "gcs_server" in _cmdline(p)[:300]]
@@ -461,12 +466,4 @@ def test_a_node_that_dies_mid_run_ends_the_run_within_seconds(
     assert result["status"] == "failed" and "died unexpectedly" in result["error"], result["error"]
     stats = result["sut_stats"]
     assert stats["completed"] == stats["issued"] > 0, stats  # every sample answered
-    wait_for(
-        lambda: (
-            not [
-                p for p in psutil.process_iter() if token in _environ(p).get(OWNERS, "").split(":")
-            ]
-        ),
-        30,
-        "every process of the run to end",
-    )
+    wait_for(lambda: not _carrying(token), 30, "every process of the run to end")
