@@ -54,12 +54,13 @@ def test_the_cluster_must_hold_the_layout_with_a_device_on_this_node():
 
 
 def test_the_cluster_as_mlflow_params():
-    view = _view(("10.0.0.1", 8, True, True), ("10.0.0.2", 8, True, False))
+    view = _view(("10.0.0.2", 8, True, False), ("10.0.0.1", 8, True, True))  # Ray's order
     record = {**view.to_record(), "device": "GPU", "layout": RayLayout(8, 2, 1, "ray").to_record()}
     params = cluster_params(record)
     assert params["cluster.nodes"] == 2 and params["cluster.GPU"] == 16.0
     assert params["cluster.node_ips"] == "10.0.0.1,10.0.0.2"
     assert params["cluster.layout.pipeline_parallel_size"] == 2
+    assert [n["ip"] for n in record["nodes"]] == ["10.0.0.1", "10.0.0.2"]
     assert cluster_params(None) == {}
 
 

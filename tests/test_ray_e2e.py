@@ -354,7 +354,7 @@ def test_server_tp2_over_two_nodes_is_valid(ray_cluster, tiny_model, tiny_datase
     # compliant); 480 queries let LoadGen's early stopping certify the p99s with none over.
     conf.write_text(
         "*.Server.min_duration = 5000\n*.Server.min_query_count = 480\n"
-        "*.Server.target_qps = 12\n*.Server.ttft_latency = 4000\n*.Server.tpot_latency = 400\n"
+        "*.Server.target_qps = 8\n*.Server.ttft_latency = 4000\n*.Server.tpot_latency = 400\n"
     )
     out = tmp_path / "server"
     args = run_args(

@@ -150,7 +150,7 @@ class ClusterView:
                         k: v for k, v in sorted(n.resources.items()) if not k.startswith("node:")
                     },
                 }
-                for n in self.nodes
+                for n in sorted(self.nodes, key=lambda n: (not n.alive, n.ip, n.node_id))
             ],
             "totals": self.totals(),
         }

@@ -60,7 +60,7 @@ def cluster_params(cluster: Mapping[str, Any] | None) -> dict[str, Any]:
         "cluster.ray_version": cluster.get("ray_version"),
         "cluster.nodes": cluster.get("nodes_alive"),
         "cluster.node_ips": ",".join(
-            str(n.get("ip")) for n in cluster.get("nodes") or [] if n.get("alive")
+            sorted(str(n.get("ip")) for n in cluster.get("nodes") or [] if n.get("alive"))
         ),
         "cluster.device": cluster.get("device"),
     }
