@@ -368,11 +368,9 @@ def job_config_env(owners: str) -> str:
         doc = {}
     if not isinstance(doc, dict):
         doc = {}
-    runtime_env = doc.setdefault("runtime_env", {}) or {}
-    doc["runtime_env"] = runtime_env
-    env_vars = runtime_env.setdefault("env_vars", {}) or {}
-    runtime_env["env_vars"] = env_vars
-    env_vars[OWNERS_ENV] = owners
+    runtime_env = doc.get("runtime_env") or {}
+    env_vars = {**(runtime_env.get("env_vars") or {}), OWNERS_ENV: owners}
+    doc["runtime_env"] = {**runtime_env, "env_vars": env_vars}
     return json.dumps(doc, sort_keys=True)
 
 
