@@ -24,9 +24,10 @@
 #                          1536,best), SIDES (sut: our SUT alone, no raw replay), TRIAL_S
 #   bench/gpu.sh confirm SCENARIO TARGET POLICY [run args]  one `mlperf-vllm run` at TARGET QPS for
 #                          the conf's full min_duration (600 s) with --prefill-policy POLICY
-#   bench/gpu.sh study SCENARIO [--engine-arg K=V ...]  vs-raw, then `confirm` of the best policy at
-#                          BACKOFF (0.95) x the rate where its SUT p99s reach the limits (else its
-#                          best pass)
+#   bench/gpu.sh study SCENARIO [--engine-arg K=V ...] [-- RUN ARGS]  vs-raw, then `confirm` of
+#                          the best policy at BACKOFF (0.95) x the rate where its SUT p99s reach
+#                          the limits (else its best pass); RUN ARGS (--engine-stats, say) go to
+#                          the confirmation alone, WARMUP=N to its warm-up (the bench has its own)
 #   bench/gpu.sh detach PART [args]   start a part in its own session (outlives the call; the
 #                          machine must stay held), output under $HOME/gpu-job; `collect` (WAIT=S
 #                          first) prints its progress and copies its files to $OUT
@@ -138,7 +139,7 @@ vs_raw() {  # scenario, engine args...
     --samples 2000 "${DUMMY[@]}" "${FP8[@]}" --ignore-eos --max-tokens 128 \
     --duration-s "${TRIAL_S:-30}" --rates "${RATES:?set RATES=a,b}" --warmup-samples 300 \
     --offline-samples "${OFFLINE_N:-1000}" "${pol[@]}" "$@" --json "$OUT/vsraw_$scenario.json" \
-    2>&1 | grep -E "^(engine|Offline|prefill|best|policy|  |.*[Ee]rror|Traceback)" \
+    2>&1 | grep --line-buffered -E "^(engine|Offline|prefill|best|policy|  |.*[Ee]rror|Traceback)" \
     | tee "$OUT/vsraw_$scenario.log"
 }
 
@@ -162,8 +163,14 @@ cli_confirm() {  # scenario, target QPS, prefill policy, run args...
   cp "$out/result.json" "$OUT/confirm_${scenario}_result.json" 2>/dev/null
 }
 
-study() {  # scenario, engine args...: vs-raw, then confirm the best policy
+study() {  # scenario, engine args... [-- run-only args]: vs-raw, then confirm the best policy
   local scenario=$1; shift
+  local engine=() only=()  # flags after `--` go to the confirmation's run alone (the bench
+  while [ $# -gt 0 ]; do   # refuses `run` flags such as --engine-stats)
+    if [ "$1" = -- ]; then shift; only=("$@"); break; fi
+    engine+=("$1"); shift
+  done
+  set -- "${engine[@]}"
   vs_raw "$scenario" "$@"
   local pick; pick=$(python3 - "$OUT/vsraw_$scenario.json" "${BACKOFF:-0.95}" <<'PY'
 import json, sys
@@ -179,7 +186,7 @@ PY
   echo "study: confirm with policy/target: $pick" | tee -a "$OUT/vsraw_$scenario.log"
   read -r policy target <<< "$pick"
   if [ -z "${policy:-}" ] || [ "$policy" = none ]; then echo "study: no policy passed"; return 1; fi
-  cli_confirm "$scenario" "$target" "$policy" "$@"
+  cli_confirm "$scenario" "$target" "$policy" "$@" "${only[@]}"
 }
 
 probe() {

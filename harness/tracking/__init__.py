@@ -2,6 +2,7 @@
 
 store.py        which tracking store, whether it answers, the keys and values it accepts
 params.py       a result as MLflow params and metrics
+logged.py       what a run folder or an evaluation puts in an MLflow run
 runs.py         the MLflow runs themselves: tracked_run, sweep parents and children, relog
 
 What ran the benchmark (host, GPUs, versions, git commit, vLLM defaults) is read by
@@ -12,12 +13,11 @@ The CLI turns its flags into a TrackingConfig (`resolve_tracking`); nothing here
 The names below are the package's public face, what the commands use.
 """
 
+from harness.tracking.logged import log_evaluation, log_result_dir
 from harness.tracking.params import performance_metrics
 from harness.tracking.runs import (
     TrackedRun,
     child,
-    log_evaluation,
-    log_result_dir,
     relog,
     run_name,
     start_parent,
