@@ -31,6 +31,8 @@
 #   bench/gpu.sh detach PART [args]   start a part in its own session (outlives the call; the
 #                          machine must stay held), output under $HOME/gpu-job; `collect` (WAIT=S
 #                          first) prints its progress and copies its files to $OUT
+#   bench/gpu.sh real-small PART [args]  bench/real_small.sh's parts (the real small model:
+#                          accuracy, EOS, FP8, TEST06), e.g. `detach real-small serve Server 300`
 #   bench/gpu.sh all       offline + server
 #   bench/gpu.sh probe     vLLM's own defaults (scheduler, compilation, fusion passes) as JSON
 #   bench/gpu.sh tune NAME [KEY=VALUE ...]   one engine config, FP8 + FP8 KV: a cold pass, then
@@ -243,6 +245,7 @@ case "${1:-all}" in
   calibrate-interactive) shift; SAMPLES=2000 cli_calibrate Interactive "${FP8[@]}" \
       "${STACK_ARGS[@]}" "$@" ;;
   vs-raw) shift; vs_raw "$@" ;;
+  real-small) shift; bash bench/real_small.sh "$@" ;;  # the real small model (its header)
   confirm) shift; cli_confirm "$@" ;;
   study) shift; study "$@" ;;
   detach)  # copy the tree aside (a later call replaces this one), start PART in its own session

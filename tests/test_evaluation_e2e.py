@@ -5,8 +5,9 @@ scored by the run itself with the packaged punkt model); it is scored here and c
 reference recipe computed directly with rouge-score and NLTK. `make-tiny-model` and
 `make-dataset` write the very model and dataset that run used.
 
-Time budget: 45 s: no engine of its own (the shared run is counted in test_tracking_mlflow's
-budget), three `evaluate` commands, `make-tiny-model` and `make-dataset`.
+Time budget: 70 s: no engine of its own (the shared run is counted in test_tracking_mlflow's
+budget), three `evaluate` commands, bench/real_small_report.py (three more), `make-tiny-model`
+and `make-dataset`.
 """
 
 from __future__ import annotations
@@ -221,3 +222,54 @@ def test_cli_bad_input_exits_2_with_one_line(
     message = result.stderr.strip()
     assert "Traceback" not in message and len(message.splitlines()) == 1
     assert ("truncated JSON" if problem == "truncated log" else "punkt_tab") in message
+
+
+def test_real_small_report_compares_logs_token_for_token(accuracy_run, tmp_path: Path) -> None:
+    """bench/real_small_report.py (the GPU vs CPU accuracy comparison of the real small model):
+    the same log twice agrees in every sample; a copy with one sample cut by a token differs in
+    exactly that one, and its ROUGE comes from `mlperf-vllm evaluate` like the run's own."""
+    log = accuracy_run["log"]
+    entries = json.loads(log.read_text())
+    first = min(e["qsl_idx"] for e in entries)
+    cut = [dict(e) for e in entries]
+    for e in cut:
+        if e["qsl_idx"] == first:
+            assert len(e["data"]) > 8, "the first sample has one token: nothing to cut"
+            e["data"] = e["data"][:-8]  # one int32 token less
+    other = tmp_path / "cut.json"
+    other.write_text(json.dumps(cut))
+    report = tmp_path / "report.json"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "bench" / "real_small_report.py"),
+            "--dataset",
+            str(accuracy_run["dataset"]),
+            "--model",
+            str(accuracy_run["model"]),
+            f"run={log}",
+            f"again={log}",
+            f"cut={other}",
+            "--json",
+            str(report),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={k: v for k, v in os.environ.items() if k != "NLTK_DATA"},
+        cwd=str(REPO),
+        check=False,
+    )
+    checked(proc)
+    doc = json.loads(report.read_text())
+    runs = doc["runs"]
+    assert doc["reference"] == "run"
+    assert runs["run"]["samples"] == runs["cut"]["samples"] == SAMPLES
+    assert runs["again"]["same_tokens_as_reference"] == 1.0
+    assert runs["cut"]["same_tokens_as_reference"] == pytest.approx((SAMPLES - 1) / SAMPLES)
+    own = json.loads((log.parent / "accuracy.json").read_text())
+    for key in ("rouge1", "rougeLsum", "gen_len"):
+        assert runs["run"][key] == pytest.approx(own[key]), key
+    assert runs["again"]["rougeLsum_rel"] == 0.0
+    assert 0.0 <= runs["run"]["eos_share"] <= 1.0
+    assert "| cut | 24 |" in proc.stdout and "95.8%" in proc.stdout  # 23 of 24 equal
