@@ -55,7 +55,9 @@ def tokens_of(log: Path, dataset_size: int) -> dict[int, list[int]]:
 def rouge_of(log: Path, dataset: Path, model: Path, work: Path) -> dict[str, Any]:
     """`mlperf-vllm evaluate` of one log (its own process, as a user runs it); accuracy.json."""
     out = work / log.stem
-    cmd = [sys.executable, "-m", "harness.cli", "evaluate", "--benchmark", "llama3_1-8b"]
+    from harness.cli.demo import DEMO_BENCHMARK  # the benchmark the small model stands in for
+
+    cmd = [sys.executable, "-m", "harness.cli", "evaluate", "--benchmark", DEMO_BENCHMARK]
     cmd += ["--accuracy-log", str(log), "--dataset", str(dataset), "--tokenizer", str(model)]
     cmd += ["--output", str(out), "--no-mlflow"]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, check=False)

@@ -17,6 +17,8 @@
 #   SUBMISSION_ROOT      where the submission tree goes (default: $OUT/submission)
 #   MLPERF_VLLM          the CLI (default: mlperf-vllm; e.g. ".venv/bin/python -m harness.cli")
 #   RUN_ARGS             extra flags for every run (engine flags: --max-num-seqs 512 ...)
+#                        or --engine-line CONF: the conf's measured line for BENCHMARK.SCENARIO
+#                        (user_confs/examples/h200.conf), for calibrate and every run
 #   CALIBRATE_ARGS       extra flags for calibrate (--min-duration-s 5 for a CPU demo)
 #   USER_CONF            skip calibration and use this conf
 #   SUBMISSION_FLAG      --submission (default) refuses non-compliant settings; set it empty

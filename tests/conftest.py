@@ -299,6 +299,14 @@ def _server_smoke_attempt(tiny_model, tiny_dataset, tmp_path_factory) -> ProbedR
     out = tmp_path_factory.mktemp("server-smoke") / "out"
     # A short path: vLLM's IPC socket paths inside it must stay under 108 characters.
     tmp = Path(tempfile.mkdtemp(prefix="mlperf-test-"))
+    # The warm-up (an untimed burst of other prompts first) and vLLM's scheduler stats in the
+    # timeline come from a conf's engine line (`--engine-line`), as a submitter applies a
+    # measured line: test_server_e2e finds both, so the line's flags reached the run.
+    lines = out.parent / "engine_lines.conf"
+    lines.write_text(
+        "# engine llama3_1-8b.Offline: --engine-arg max_num_seqs=1 | not this scenario's | -\n"
+        f"# engine llama3_1-8b.Server: --warmup-samples {SERVER_WARMUP} --engine-stats | test | -\n"
+    )
     args = run_args(
         tiny_model,
         tiny_dataset,
@@ -307,9 +315,8 @@ def _server_smoke_attempt(tiny_model, tiny_dataset, tmp_path_factory) -> ProbedR
         "--max-tokens",
         SERVER_MAX_TOKENS,
         "--test06",  # TEST06 on the same engine: test_package_e2e packages it
-        "--warmup-samples",  # an untimed burst of other prompts first (test_server_e2e)
-        str(SERVER_WARMUP),
-        "--engine-stats",  # vLLM's scheduler stats in the timeline (test_server_e2e)
+        "--engine-line",
+        str(lines),
         scenario="Server",
         mode="both",
     )

@@ -94,6 +94,8 @@ def test_server_run_is_valid_with_many_queries_in_flight(server_run):
     assert stats["issued"] == stats["completed"] == queries >= 500
     # The warm-up ran to the end before the test and left no trace in the test's records:
     # the SUT's counts above are LoadGen's queries alone, and so is the timeline.
+    assert "engine line llama3_1-8b.Server from" in proc.stdout
+    assert result["sut_options"]["warmup_samples"] == SERVER_WARMUP  # the line's, via the CLI
     warm = result["warmup"]
     assert warm["samples"] == warm["finished"] == SERVER_WARMUP and warm["s"] > 0, warm
     timeline = json.loads((out / "timeline.json").read_text())

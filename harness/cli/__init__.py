@@ -16,6 +16,7 @@ from harness.cli import (
     calibrate,
     compliance,
     demo,
+    engine_line,
     evaluate,
     log_run,
     ray_check,
@@ -71,6 +72,14 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
+    if getattr(args, "engine_line", None):  # run / calibrate: a conf's measured engine line
+        try:
+            argv, note = engine_line.expand(argv, args.command, args.benchmark, args.scenario)
+        except UsageError as exc:
+            _error(str(exc))
+            return EXIT_USAGE
+        args, extra = parser.parse_known_args(argv)
+        print(note, flush=True)
     from harness.proc import orphans, signals
 
     # SIGTERM and SIGINT end every command the same way; the handlers are the caller's again

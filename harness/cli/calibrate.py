@@ -57,6 +57,13 @@ def add_parser(sub) -> None:
         "times (lower it for 405B: ~1 sample/s per GPU node)",
     )
     cal.add_argument(
+        "--engine-line",
+        metavar="CONF",
+        help="a conf with `# engine <benchmark>.<Scenario>: <flags> | ...` lines (e.g. "
+        "user_confs/examples/h200.conf): its line for this benchmark and scenario is applied "
+        "as if typed first (flags given here win)",
+    )
+    cal.add_argument(
         "--start-qps",
         type=float,
         default=None,

@@ -85,6 +85,13 @@ def _add_run_arguments(p: argparse.ArgumentParser) -> None:
         "(a SUT may process them in any order; default: LoadGen's)",
     )
     p.add_argument(
+        "--engine-line",
+        metavar="CONF",
+        help="a conf with `# engine <benchmark>.<Scenario>: <flags> | ...` lines (e.g. "
+        "user_confs/examples/h200.conf): its line for this benchmark and scenario is applied "
+        "as if typed first (flags given here win)",
+    )
+    p.add_argument(
         "--prefill-policy",
         metavar="CAP[xEVERY[@MS]]",
         help="Server/Interactive: our scheduler in vLLM's engine core (sut/scheduling.py): at "

@@ -1,0 +1,122 @@
+"""`--engine-line CONF` (run, calibrate): the engine flags a conf's ENGINE SETTINGS section holds
+for this benchmark and scenario, applied as if typed before the command's own flags.
+
+A conf such as `user_confs/examples/h200.conf` keeps one measured line per benchmark and
+scenario (user_confs/README.md):
+
+    # engine llama3_1-8b.Server: --engine-arg max_num_seqs=512 --prefill-policy 0x4 | <figure> | <command>
+
+The flags are the text before the first ` | `, split like a shell line (`shlex`, never
+evaluated). They go in right after the command word, so a flag the user types wins over the
+line's (argparse keeps the last value; vLLM's own parser does the same for repeated
+`--engine-arg` keys). A line may not name what the command line alone decides (benchmark,
+scenario, model, dataset, output, conf); a conf with no line, or two, for the pair is refused
+with the keys it does hold.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+from harness.errors import UsageError
+
+FLAG = "--engine-line"
+COMMANDS = ("run", "calibrate")
+LINE = re.compile(r"^#\s*engine\s+(\S+)\.(\w+):\s*(.*)$")
+# What the command line alone decides: a line that sets these would run another test.
+NOT_IN_LINE = (
+    "--benchmark",
+    "--scenario",
+    "--model",
+    "--dataset",
+    "--output",
+    "--user-conf",
+    "--mode",
+    FLAG,
+)
+
+
+def engine_lines(path: Path) -> dict[tuple[str, str], list[str]]:
+    """Every `# engine BENCHMARK.Scenario: FLAGS | ...` line of a conf, as flag texts."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise UsageError(
+            f"{FLAG} {path}: cannot read it ({exc.strerror or exc}): pass a conf with "
+            "`# engine <benchmark>.<Scenario>: <flags> | ...` lines, e.g. "
+            "user_confs/examples/h200.conf"
+        ) from None
+    found: dict[tuple[str, str], list[str]] = {}
+    for raw in text.splitlines():
+        m = LINE.match(raw.strip())
+        if m:
+            found.setdefault((m.group(1), m.group(2)), []).append(m.group(3).split(" | ")[0])
+    return found
+
+
+def line_flags(path: Path, benchmark: str, scenario: str) -> list[str]:
+    """The flags of the conf's one line for benchmark.scenario."""
+    lines = engine_lines(path)
+    key = (benchmark, scenario)
+    have = ", ".join(f"{b}.{s}" for b, s in sorted(lines)) or "none"
+    if key not in lines:
+        raise UsageError(
+            f"{FLAG} {path}: no `# engine {benchmark}.{scenario}:` line (it holds: {have}): "
+            "measure one and add it, or pass the engine flags yourself"
+        )
+    if len(lines[key]) > 1:
+        raise UsageError(
+            f"{FLAG} {path}: {len(lines[key])} lines for {benchmark}.{scenario}: keep the "
+            "one to apply and turn the others into plain comments"
+        )
+    try:
+        flags = shlex.split(lines[key][0])
+    except ValueError as exc:
+        raise UsageError(f"{FLAG} {path}: the {benchmark}.{scenario} line: {exc}") from None
+    if flags and not flags[0].startswith("--"):
+        raise UsageError(
+            f"{FLAG} {path}: the {benchmark}.{scenario} line starts with {flags[0]!r}, not a "
+            "--flag: write `# engine <benchmark>.<Scenario>: --flag value ... | figure | command`"
+        )
+    for flag in flags:
+        name = flag.split("=", 1)[0]
+        if name in NOT_IN_LINE:
+            raise UsageError(
+                f"{FLAG} {path}: the {benchmark}.{scenario} line sets {name}, which the "
+                "command line alone decides: keep engine and SUT flags in the line"
+            )
+    return flags
+
+
+def _value(argv: list[str], flag: str) -> str | None:
+    """The last value given to `flag` in argv (`--flag V` or `--flag=V`)."""
+    value = None
+    for i, arg in enumerate(argv):
+        if arg == flag and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif arg.startswith(flag + "="):
+            value = arg.split("=", 1)[1]
+    return value
+
+
+def expand(argv: list[str], command: str, benchmark: str, scenario: str) -> tuple[list[str], str]:
+    """argv with the line's flags after the command word and `--engine-line CONF` removed;
+    and a note saying what was applied. argv unchanged when it has no --engine-line."""
+    conf = _value(argv, FLAG)
+    if conf is None or command not in COMMANDS:
+        return argv, ""
+    flags = line_flags(Path(conf), benchmark, scenario)
+    rest: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == FLAG:
+            skip = True
+        elif not arg.startswith(FLAG + "="):
+            rest.append(arg)
+    at = rest.index(command) + 1
+    note = f"engine line {benchmark}.{scenario} from {conf}: {shlex.join(flags) or '(no flags)'}"
+    return rest[:at] + flags + rest[at:], note

@@ -1,0 +1,153 @@
+"""`--engine-line CONF`: a conf's measured engine line for the benchmark and scenario, applied
+by run and calibrate as if typed first. The shipped H200 example is read as a user would; the
+command line is parsed by the real CLI parser; bad confs are refused before anything runs.
+(test_server_e2e's shared Server run takes its warm-up and engine stats from such a line.)"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.cli import build_parser
+from harness.cli.engine_line import expand, line_flags
+from harness.errors import UsageError
+
+REPO = Path(__file__).resolve().parents[1]
+H200 = REPO / "user_confs" / "examples" / "h200.conf"
+BASE = ["--benchmark", "llama3_1-8b", "--model", "m", "--dataset", "d.json", "--output", "o"]
+
+
+def test_the_h200_example_has_one_line_per_scenario_with_its_policy() -> None:
+    off = line_flags(H200, "llama3_1-8b", "Offline")
+    server = line_flags(H200, "llama3_1-8b", "Server")
+    inter = line_flags(H200, "llama3_1-8b", "Interactive")
+    assert "max_num_batched_tokens=65536" in off and "--prefill-policy" not in off
+    assert server[server.index("--prefill-policy") + 1] == "0x4"
+    assert inter[inter.index("--prefill-policy") + 1] == "4096x4@250"
+    assert "max_num_batched_tokens=8192" in inter
+    # the quoted JSON value stays one argument
+    assert 'compilation_config={"max_cudagraph_capture_size":2048}' in inter
+
+
+def test_line_flags_come_first_so_typed_flags_win() -> None:
+    argv = ["run", "--engine-line", str(H200), "--scenario", "Server", *BASE]
+    argv += ["--prefill-policy", "0", "--engine-arg", "max_num_seqs=256"]
+    expanded, note = expand(argv, "run", "llama3_1-8b", "Server")
+    assert "--engine-line" not in expanded and expanded[0] == "run"
+    assert note.startswith("engine line llama3_1-8b.Server from") and "0x4" in note
+    args, extra = build_parser().parse_known_args(expanded)
+    assert args.command == "run" and not extra
+    assert args.prefill_policy == "0"  # typed after the line's 0x4
+    assert args.engine_arg[:4] == [
+        "quantization=fp8",
+        "kv_cache_dtype=fp8",
+        "max_num_seqs=512",
+        "max_num_batched_tokens=65536",
+    ]
+    assert args.engine_arg[-1] == "max_num_seqs=256"  # vLLM's parser keeps the last
+
+
+def test_calibrate_passes_the_line_on_to_its_runs() -> None:
+    argv = ["--debug", "calibrate", f"--engine-line={H200}", "--scenario", "Interactive", *BASE]
+    expanded, _ = expand(argv, "calibrate", "llama3_1-8b", "Interactive")
+    assert expanded[:2] == ["--debug", "calibrate"]
+    args, extra = build_parser().parse_known_args(expanded)
+    assert args.command == "calibrate"
+    assert "--prefill-policy" in extra and "4096x4@250" in extra  # run flags: each run gets them
+
+
+def test_no_engine_line_leaves_argv_alone() -> None:
+    argv = ["run", "--scenario", "Server", *BASE]
+    assert expand(argv, "run", "llama3_1-8b", "Server") == (argv, "")
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        (
+            "# engine llama3_1-8b.Offline: --engine-arg max_num_seqs=8 | x\n",
+            "it holds: llama3_1-8b.Offline",
+        ),
+        (
+            "# engine llama3_1-8b.Server: --engine-stats | a\n"
+            "# engine llama3_1-8b.Server: --engine-arg max_num_seqs=8 | b\n",
+            "2 lines for llama3_1-8b.Server",
+        ),
+        ("# engine llama3_1-8b.Server: --model /other | x\n", "sets --model"),
+        ("# engine llama3_1-8b.Server: --user-conf=o.conf | x\n", "sets --user-conf"),
+        ("# engine llama3_1-8b.Server: max_num_seqs=8 | x\n", "not a --flag"),
+        ("# engine llama3_1-8b.Server: --engine-arg 'a=1 | x\n", "llama3_1-8b.Server line"),
+    ],
+)
+def test_bad_confs_are_refused_naming_the_problem(tmp_path: Path, text: str, words: str) -> None:
+    conf = tmp_path / "lines.conf"
+    conf.write_text(text)
+    with pytest.raises(UsageError, match="--engine-line") as err:
+        line_flags(conf, "llama3_1-8b", "Server")
+    assert words in str(err.value)
+
+
+def test_cli_refuses_a_missing_line_before_anything_runs(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    conf = tmp_path / "lines.conf"
+    conf.write_text("# engine llama3_1-8b.Offline: --engine-arg max_num_seqs=8 | x\n")
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness.cli",
+            "run",
+            "--engine-line",
+            str(conf),
+            "--scenario",
+            "Interactive",
+            "--benchmark",
+            "llama3_1-8b",
+            "--model",
+            str(tmp_path),
+            "--dataset",
+            str(tmp_path / "d.json"),
+            "--output",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=str(REPO),
+        check=False,
+    )
+    assert proc.returncode == 2, proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: --engine-line"), proc.stderr
+    assert "no `# engine llama3_1-8b.Interactive:` line" in lines[0]
+    assert not out.exists()
+    missing = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness.cli",
+            "calibrate",
+            "--engine-line",
+            str(tmp_path / "no"),
+            "--scenario",
+            "Server",
+            "--benchmark",
+            "llama3_1-8b",
+            "--model",
+            str(tmp_path),
+            "--dataset",
+            str(tmp_path / "d.json"),
+            "--output",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=str(REPO),
+        check=False,
+    )
+    assert missing.returncode == 2 and "cannot read it" in missing.stderr, missing.stderr
+    assert not out.exists()
