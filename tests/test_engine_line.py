@@ -90,64 +90,29 @@ def test_bad_confs_are_refused_naming_the_problem(tmp_path: Path, text: str, wor
     assert words in str(err.value)
 
 
-def test_cli_refuses_a_missing_line_before_anything_runs(tmp_path: Path) -> None:
-    out = tmp_path / "out"
-    conf = tmp_path / "lines.conf"
-    conf.write_text("# engine llama3_1-8b.Offline: --engine-arg max_num_seqs=8 | x\n")
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "harness.cli",
-            "run",
-            "--engine-line",
-            str(conf),
-            "--scenario",
-            "Interactive",
-            "--benchmark",
-            "llama3_1-8b",
-            "--model",
-            str(tmp_path),
-            "--dataset",
-            str(tmp_path / "d.json"),
-            "--output",
-            str(out),
-        ],
+def _cli(command: str, conf: Path, scenario: str, tmp_path: Path, out: Path):
+    argv = [command, "--engine-line", str(conf), "--scenario", scenario, "--benchmark"]
+    argv += ["llama3_1-8b", "--model", str(tmp_path), "--dataset", str(tmp_path / "d.json")]
+    return subprocess.run(
+        [sys.executable, "-m", "harness.cli", *argv, "--output", str(out)],
         capture_output=True,
         text=True,
         timeout=120,
         cwd=str(REPO),
         check=False,
     )
+
+
+def test_cli_refuses_a_missing_line_before_anything_runs(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    conf = tmp_path / "lines.conf"
+    conf.write_text("# engine llama3_1-8b.Offline: --engine-arg max_num_seqs=8 | x\n")
+    proc = _cli("run", conf, "Interactive", tmp_path, out)
     assert proc.returncode == 2, proc.stderr
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: --engine-line"), proc.stderr
     assert "no `# engine llama3_1-8b.Interactive:` line" in lines[0]
     assert not out.exists()
-    missing = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "harness.cli",
-            "calibrate",
-            "--engine-line",
-            str(tmp_path / "no"),
-            "--scenario",
-            "Server",
-            "--benchmark",
-            "llama3_1-8b",
-            "--model",
-            str(tmp_path),
-            "--dataset",
-            str(tmp_path / "d.json"),
-            "--output",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=str(REPO),
-        check=False,
-    )
+    missing = _cli("calibrate", tmp_path / "no", "Server", tmp_path, out)
     assert missing.returncode == 2 and "cannot read it" in missing.stderr, missing.stderr
     assert not out.exists()
