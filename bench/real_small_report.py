@@ -69,10 +69,9 @@ def rouge_of(log: Path, dataset: Path, model: Path, work: Path) -> dict[str, Any
 
 
 def metric(doc: dict[str, Any], key: str) -> float | None:
-    for holder in (doc.get("metrics"), doc.get("result"), doc):
-        if isinstance(holder, dict) and isinstance(holder.get(key), int | float):
-            return float(holder[key])
-    return None
+    """A metric of accuracy.json (they stand at its top level)."""
+    value = doc.get(key)
+    return float(value) if isinstance(value, int | float) else None
 
 
 def main() -> int:

@@ -35,7 +35,7 @@ def test_the_h200_example_has_one_line_per_scenario_with_its_policy() -> None:
 def test_line_flags_come_first_so_typed_flags_win() -> None:
     argv = ["run", "--engine-line", str(H200), "--scenario", "Server", *BASE]
     argv += ["--prefill-policy", "0", "--engine-arg", "max_num_seqs=256"]
-    expanded, note = expand(argv, "run", "llama3_1-8b", "Server")
+    expanded, note = expand(argv, "run", "llama3_1-8b", "Server", str(H200))
     assert "--engine-line" not in expanded and expanded[0] == "run"
     assert note.startswith("engine line llama3_1-8b.Server from") and "0x4" in note
     args, extra = build_parser().parse_known_args(expanded)
@@ -52,7 +52,7 @@ def test_line_flags_come_first_so_typed_flags_win() -> None:
 
 def test_calibrate_passes_the_line_on_to_its_runs() -> None:
     argv = ["--debug", "calibrate", f"--engine-line={H200}", "--scenario", "Interactive", *BASE]
-    expanded, _ = expand(argv, "calibrate", "llama3_1-8b", "Interactive")
+    expanded, _ = expand(argv, "calibrate", "llama3_1-8b", "Interactive", str(H200))
     assert expanded[:2] == ["--debug", "calibrate"]
     args, extra = build_parser().parse_known_args(expanded)
     assert args.command == "calibrate"
@@ -61,7 +61,7 @@ def test_calibrate_passes_the_line_on_to_its_runs() -> None:
 
 def test_no_engine_line_leaves_argv_alone() -> None:
     argv = ["run", "--scenario", "Server", *BASE]
-    assert expand(argv, "run", "llama3_1-8b", "Server") == (argv, "")
+    assert expand(argv, "run", "llama3_1-8b", "Server", None) == (argv, "")
 
 
 @pytest.mark.parametrize(

@@ -42,7 +42,7 @@ import psutil
 import pytest
 
 from tests.conftest import REPO, SMOKE, cli, run_args
-from tests.procs import loadgen_issuing, wait_for
+from tests.procs import kill_group, loadgen_issuing, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -420,9 +420,8 @@ def test_a_signal_mid_run_leaves_no_ray_worker_nor_engine(
         _, stderr = proc.communicate(timeout=120)
         took = time.monotonic() - t0
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        kill_group(proc)
+        proc.wait()
     if signum == signal.SIGTERM:
         assert proc.returncode == 130, stderr[-3000:]
         assert json.loads((out / "result.json").read_text())["status"] == "interrupted"
@@ -454,9 +453,8 @@ def test_a_node_that_dies_mid_run_ends_the_run_within_seconds(
         stdout, stderr = proc.communicate(timeout=120)
         took = time.monotonic() - t0
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        kill_group(proc)
+        proc.wait()
         ray_cluster.start_node(head=False)  # the next run finds the cluster whole again
     assert proc.returncode == 1, stdout[-2000:] + stderr[-3000:]
     assert took < 30, took

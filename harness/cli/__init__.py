@@ -74,7 +74,9 @@ def main(argv: list[str] | None = None) -> int:
     args, extra = parser.parse_known_args(argv)
     if getattr(args, "engine_line", None):  # run / calibrate: a conf's measured engine line
         try:
-            argv, note = engine_line.expand(argv, args.command, args.benchmark, args.scenario)
+            argv, note = engine_line.expand(
+                argv, args.command, args.benchmark, args.scenario, args.engine_line
+            )
         except UsageError as exc:
             _error(str(exc))
             return EXIT_USAGE

@@ -90,21 +90,12 @@ def line_flags(path: Path, benchmark: str, scenario: str) -> list[str]:
     return flags
 
 
-def _value(argv: list[str], flag: str) -> str | None:
-    """The last value given to `flag` in argv (`--flag V` or `--flag=V`)."""
-    value = None
-    for i, arg in enumerate(argv):
-        if arg == flag and i + 1 < len(argv):
-            value = argv[i + 1]
-        elif arg.startswith(flag + "="):
-            value = arg.split("=", 1)[1]
-    return value
-
-
-def expand(argv: list[str], command: str, benchmark: str, scenario: str) -> tuple[list[str], str]:
-    """argv with the line's flags after the command word and `--engine-line CONF` removed;
-    and a note saying what was applied. argv unchanged when it has no --engine-line."""
-    conf = _value(argv, FLAG)
+def expand(
+    argv: list[str], command: str, benchmark: str, scenario: str, conf: str | None
+) -> tuple[list[str], str]:
+    """argv with the conf's line's flags after the command word and `--engine-line CONF`
+    removed; and a note saying what was applied. argv unchanged without a conf (`conf`: the
+    parsed --engine-line)."""
     if conf is None or command not in COMMANDS:
         return argv, ""
     flags = line_flags(Path(conf), benchmark, scenario)

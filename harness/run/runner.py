@@ -480,14 +480,15 @@ def _run_tests(
         result.status = ending_status(exc)
         result.error = f"{type(exc).__name__}: {exc}"
         said = first_error(start_log.recent()) if isinstance(exc, EngineFailure) else None
-        if said:  # the engine died mid-run: its front end only heard "EngineDeadError"
-            result.error += f" (vLLM logged first: {said})"
+        # the engine died mid-run: its front end only heard "EngineDeadError"
+        why = f" (vLLM logged first: {said})" if said else ""
+        result.error += why
         keep_stats(mode)
         result.write(result_path)
         if isinstance(exc, KeyboardInterrupt):
             stop_timeout_s = INTERRUPT_STOP_TIMEOUT_S
-        if said:
-            raise EngineFailure(f"{exc} (vLLM logged first: {said})") from exc
+        if why:
+            raise EngineFailure(f"{exc}{why}") from exc
         raise
     finally:
         if loadgen_still_running():
