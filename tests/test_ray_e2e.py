@@ -352,9 +352,14 @@ def test_server_tp2_over_two_nodes_is_valid(ray_cluster, tiny_model, tiny_datase
     # TPOT is several times the smoke Server run's, over the GPU-sized 100 ms limit that the
     # benchmark's conf sets. This conf sets limits for this machine (a smoke conf, not
     # compliant); 480 queries let LoadGen's early stopping certify the p99s with none over.
+    # What is under test is the Ray path, not this machine's latency: alone here the p99s are
+    # ~60 ms TTFT and ~28 ms TPOT, and the limits sit far above them, so that a few seconds'
+    # stall beside the suite's other worker (one such run missed 4,000 / 400 ms in CI) cannot
+    # fail it, while a run that stops keeping up with 8 QPS still does (its backlog, and so its
+    # TTFT, grows without bound).
     conf.write_text(
         "*.Server.min_duration = 5000\n*.Server.min_query_count = 480\n"
-        "*.Server.target_qps = 8\n*.Server.ttft_latency = 4000\n*.Server.tpot_latency = 400\n"
+        "*.Server.target_qps = 8\n*.Server.ttft_latency = 20000\n*.Server.tpot_latency = 2000\n"
     )
     out = tmp_path / "server"
     args = run_args(
@@ -373,7 +378,8 @@ def test_server_tp2_over_two_nodes_is_valid(ray_cluster, tiny_model, tiny_datase
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-4000:]
     result = json.loads((out / "result.json").read_text())
     perf, stats = result["performance"], result["sut_stats"]
-    assert perf["validity"] == "VALID", (perf, proc.stdout[-3000:])
+    why = {k: perf.get(k) for k in ("invalid_reasons", "ttft_p99_ms", "tpot_p99_ms", "sustained")}
+    assert perf["validity"] == "VALID", why
     assert stats["completed"] == stats["issued"] >= 480 and stats["failed_samples"] == 0
     assert result["cluster"]["nodes_alive"] == 2
 
