@@ -5,6 +5,9 @@
 #   bench/gpu.sh server    our Server SUT at increasing QPS (TTFT 2000 / TPOT 100 ms) and
 #                          Interactive (500 / 30 ms) vs the one-query-at-a-time pattern
 #   bench/gpu.sh scale-8b  (2 GPUs) Llama-3.1-8B FP8 on one GPU, DP 2 and TP 2, via `mlperf-vllm run`
+#   bench/gpu.sh offline-70b [run args]  Llama-2-70B FP8 + FP8 KV on one GPU, OpenOrca's length
+#                          profile with its output lengths (--output-lengths), N70 samples
+#                          (default 24,576: the submission's query) through `mlperf-vllm run`
 #   bench/gpu.sh tp2-70b   (2 GPUs) Llama-2-70B FP8, TP 2, via `mlperf-vllm run`
 #   bench/gpu.sh tp8-405b  (8 GPUs) Llama-3.1-405B FP8, TP 8, the benchmark's length profile
 #                          (bench/models/llama31_405b_dummy: 126 layers, hidden 16384, 128/8 heads)
@@ -101,21 +104,33 @@ Path(sys.argv[4]).write_text(json.dumps([{'tok_input': x} for x in p]))" \
   echo "$data"
 }
 
+profile_dataset() {  # model -> path of a JSON set of $SAMPLES prompts and output lengths with
+  local model=$1 work=${TMPDIR:-/tmp}/gpu-bench; mkdir -p "$work"  # $PROFILE's length profile
+  local data="$work/profile_${PROFILE}_${SAMPLES}.json"
+  [ -f "$data" ] || python3 bench/profile_dataset.py --profile "$PROFILE" --model "$model" \
+    --samples "$SAMPLES" --out "$data" | tee -a "$OUT/datasets.txt" >&2
+  echo "$data"
+}
+
 # One LoadGen Offline run through `mlperf-vllm run` (the real CLI), on random prompts, under
 # the preset $BENCHMARK (default llama3_1-8b; the 70B and 405B parts set theirs).
 cli_offline() {  # name, model, mean input length, max tokens, run args...
   local name=$1 model=$2 mean=$3 maxtok=$4; shift 4
   local work=${TMPDIR:-/tmp}/gpu-bench; mkdir -p "$work"
-  local data conf="$work/offline_all.conf"
-  data=$(random_dataset "$model" "$mean")
+  local data conf="$work/offline_all.conf" lengths=()
+  if [ -n "${PROFILE:-}" ]; then  # the benchmark's output lengths, not $maxtok each
+    data=$(profile_dataset "$model"); lengths=(--output-lengths tok_output_len)
+  else
+    data=$(random_dataset "$model" "$mean")
+  fi
   # One query of the whole set, each prompt once; no min duration (throughput study, not a
   # submission run).
   printf '*.Offline.min_duration = 0\n*.Offline.min_query_count = %s\n*.Offline.target_qps = 1\n' \
     "$SAMPLES" > "$conf"
   python3 -m harness.cli run --benchmark "$BENCHMARK" --scenario Offline --mode performance \
     --model "$model" --dataset "$data" --output "$work/run_$name" --user-conf "$conf" \
-    --no-mlflow --no-progress --ignore-eos --max-tokens "$maxtok" "${DUMMY[@]}" "${SUT_OPTS[@]}" \
-    "$@" 2>&1 | grep -E "validity|tokens/s|samples|duration|warm-up|cost|error|Error" \
+    --no-mlflow --no-progress --ignore-eos --max-tokens "$maxtok" "${lengths[@]}" "${DUMMY[@]}" \
+    "${SUT_OPTS[@]}" "$@" 2>&1 | grep -E "validity|tokens/s|samples|duration|warm-up|cost|error|Error" \
     | sed "s/^/[$name] /" \
     | tee "$OUT/run_$name.log"
 }
@@ -227,6 +242,12 @@ case "${1:-all}" in
   tp8-405b)  # 8 GPUs: Llama-3.1-405B FP8 + FP8 KV, TP 8; long mixed prompts, mean output ~685
     BENCHMARK=llama3_1-405b SAMPLES=${SAMPLES:-1000} cli_offline 405b_fp8_tp8 bench/models/llama31_405b_dummy 2000 685 \
       "${FP8[@]}" --tensor-parallel-size 8 --engine-arg max_model_len=8192 ;;
+  offline-70b)  # one GPU: Llama-2-70B FP8 + FP8 KV on OpenOrca's length profile (inputs mean 308,
+    # outputs mean 294.45 up to 1,024: bench/profile_dataset.py), N70 samples (default the
+    # submission's 24,576) in one query; engine flags $STACK and any given; MODEL70 for CPU dry runs
+    shift; n=${N70:-24576}
+    BENCHMARK=llama2-70b PROFILE=openorca SAMPLES=$n cli_offline "70b_fp8_${TAG}$n" \
+      "${MODEL70:-.gpu-stage/bin/llama2_70b_dummy}" 0 1024 "${FP8[@]}" "${STACK_ARGS[@]}" "$@" ;;
   tp2-70b)   # 2 GPUs: Llama-2-70B FP8 + FP8 KV, TP 2; OpenOrca-like input, its mean output length
     BENCHMARK=llama2-70b cli_offline 70b_fp8_tp2 .gpu-stage/bin/llama2_70b_dummy 300 294 "${FP8[@]}" \
       --tensor-parallel-size 2 ;;
@@ -264,6 +285,6 @@ case "${1:-all}" in
   tune) shift; tune "$@" ;;
   full) shift; name=$1; shift; SAMPLES=13368 cli_offline "full_$name" "$MODEL" 870 128 "$@" ;;
   all) offline bf16; offline fp8 "${FP8[@]}"; server fp8 "${FP8[@]}" "${STACK_ARGS[@]}" ;;
-  *) echo "usage: $0 {offline|offline-bf16|offline-fp8|offline-full|offline-2k|server|interactive|calibrate-server|calibrate-interactive|scale-8b|tp2-70b|tp8-405b|probe|tune|full|all}" >&2
+  *) echo "usage: $0 {offline|offline-bf16|offline-fp8|offline-full|offline-2k|offline-70b|server|interactive|calibrate-server|calibrate-interactive|scale-8b|tp2-70b|tp8-405b|probe|tune|full|all}" >&2
      exit 2 ;;
 esac

@@ -203,6 +203,41 @@ def load_dataset(
     return LoadedDataset(path=p, frame=frame.reset_index(drop=True), prompts=prompts)
 
 
+def output_lengths(
+    dataset: LoadedDataset, column: str, max_tokens: int, *, least: int = 1
+) -> list[int]:
+    """Each sample's output length from an integer column of the dataset, each in
+    [least, max_tokens] (`run --output-lengths`: a weights-free run that follows a benchmark's
+    output length profile). Scenarios with a TPOT take `least` 2: LoadGen logs an error for
+    every one-token output (it cannot form a time per output token from one)."""
+    import pandas as pd
+
+    frame, p = dataset.frame, dataset.path
+    if column not in frame.columns:
+        raise UsageError(
+            f"dataset {p} has no column {column!r} for --output-lengths (has "
+            f"{', '.join(map(str, frame.columns))}): name an integer column of output lengths"
+        )
+    values = pd.to_numeric(frame[column], errors="coerce")
+    bad = (values.isna() | (values % 1 != 0)).to_numpy()
+    if bad.any():
+        row = int(bad.argmax())
+        raise UsageError(
+            f"dataset {p}: column {column!r} row {row} is {frame[column].tolist()[row]!r}, not a "
+            "whole number of tokens: --output-lengths needs one integer per sample"
+        )
+    lengths = values.astype("int64")
+    for row in (int(lengths.argmin()), int(lengths.argmax())):
+        if not least <= lengths.iloc[row] <= max_tokens:
+            why = "the run's max_tokens" if least == 1 else "LoadGen needs 2 for a TPOT"
+            raise UsageError(
+                f"dataset {p}: column {column!r} row {row} asks for {lengths.iloc[row]} output "
+                f"tokens, outside {least}..{max_tokens} ({why}): fix the column or raise "
+                "--max-tokens"
+            )
+    return lengths.tolist()
+
+
 def validate_against_model(
     prompts: Sequence[Sequence[int]],
     *,

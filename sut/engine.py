@@ -19,7 +19,7 @@ import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -470,3 +470,27 @@ def make_sampling_params(
         detokenize=False,  # token ids go to LoadGen; text is only needed at evaluation
         output_kind=RequestOutputKind.DELTA if stream else RequestOutputKind.FINAL_ONLY,
     )
+
+
+class SampleParams:
+    """The sampling parameters of each sample index: the run's own, or, given per-sample output
+    lengths, the run's own with that sample's `max_tokens`. With `ignore_eos` on (dummy
+    weights) every output is then as long as its sample says, so a weights-free run follows a
+    benchmark's output length profile instead of making every output `max_tokens` long. One
+    parameters object per distinct length, made on first use."""
+
+    def __init__(self, params: Any, lengths: Sequence[int] | None = None):
+        self.base = params
+        self._lengths = lengths
+        self._by_length: dict[int, Any] = {}
+
+    def __call__(self, index: int) -> Any:
+        if self._lengths is None:
+            return self.base
+        n = int(self._lengths[index])
+        params = self._by_length.get(n)
+        if params is None:
+            params = self.base.clone()
+            params.max_tokens = n
+            self._by_length[n] = params
+        return params

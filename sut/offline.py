@@ -24,6 +24,7 @@ from typing import Any
 
 import mlperf_loadgen as lg
 
+from sut.engine import SampleParams
 from sut.lifecycle import (
     DEFAULT_STOP_TIMEOUT_S,
     EngineSUT,
@@ -74,6 +75,7 @@ class OfflineSUT(EngineSUT):
         name: str = "Offline",
         order: str = "arrival",
         engine_procs: Sequence[Any] | None = None,
+        output_lengths: Sequence[int] | None = None,
     ):
         super().__init__(name, Ledger(streaming=False, on_error=self.fail))
         self._llm = llm
@@ -88,6 +90,7 @@ class OfflineSUT(EngineSUT):
         self._prompt_type = tokens_prompt
         self._prompts = prompts
         self._params = sampling_params
+        self._params_of = SampleParams(sampling_params, output_lengths)
         self._inbox: queue.Queue[list[tuple[int, int]] | None] = queue.Queue()
         self._progress = Progress(progress, name)
         self.stats = SUTStats()
@@ -106,8 +109,10 @@ class OfflineSUT(EngineSUT):
         name: str = "Offline",
         start_timeout_s: float | None = None,
         order: str = "arrival",
+        output_lengths: Sequence[int] | None = None,
     ) -> OfflineSUT:
-        """The runner's entry: an `EngineConfig` and `make_sampling_params` keyword arguments."""
+        """The runner's entry: an `EngineConfig` and `make_sampling_params` keyword arguments;
+        `output_lengths[i]`: sample index i's `max_tokens` (sut.engine.SampleParams)."""
         from sut.engine import create_llm, make_sampling_params
         from sut.lifecycle import start_engine
 
@@ -120,6 +125,7 @@ class OfflineSUT(EngineSUT):
             name=name,
             engine_procs=procs,
             order=order,
+            output_lengths=output_lengths,
         )
 
     # LoadGen callbacks --------------------------------------------------------------------
@@ -153,9 +159,9 @@ class OfflineSUT(EngineSUT):
                 return  # what is not added is answered by stop() / fail()
             chunk = batch[start : start + ADD_CHUNK]
             prompts = self._engine_inputs([index for _, index in chunk])
-            for (rid, _), prompt in zip(chunk, prompts, strict=True):
+            for (rid, index), prompt in zip(chunk, prompts, strict=True):
                 key = str(rid)
-                add_request(key, prompt, self._params)
+                add_request(key, prompt, self._params_of(index))
                 pending[key] = rid
             self.ledger.progress()  # adding is work: the stall clock must not run meanwhile
 

@@ -64,7 +64,7 @@ from typing import Any
 
 import mlperf_loadgen as lg
 
-from sut.engine import describe_error
+from sut.engine import SampleParams, describe_error
 from sut.lifecycle import (
     DEFAULT_STOP_TIMEOUT_S,
     EngineStartTimeout,
@@ -145,6 +145,7 @@ class ServerSUT(EngineSUT):
         final_only: bool = False,
         start_timeout_s: float | None = None,
         engine_view: Any = None,
+        output_lengths: Sequence[int] | None = None,
     ):
         super().__init__(name, Ledger(streaming=True, on_error=self.fail))
         self._engine_view = engine_view  # sut.engine_stats.EngineView, or None
@@ -152,6 +153,7 @@ class ServerSUT(EngineSUT):
         self._report_first = not final_only  # `sampling_params` must then be FINAL_ONLY
         self._prompts = prompts
         self._params = sampling_params
+        self._params_of = SampleParams(sampling_params, output_lengths)
         self.stats = ServerStats()
         self._engine: Any = None
         self._engine_procs: list[Any] = []
@@ -207,10 +209,12 @@ class ServerSUT(EngineSUT):
         final_only: bool = False,
         start_timeout_s: float | None = None,
         engine_stats: bool = False,
+        output_lengths: Sequence[int] | None = None,
     ) -> ServerSUT:
         """The runner's entry: an `EngineConfig` and `make_sampling_params` keyword arguments.
         `final_only`: Offline (data parallel): final outputs only, no first-token reports.
-        `engine_stats`: sample vLLM's scheduler stats into the timeline (turns its stats on)."""
+        `engine_stats`: sample vLLM's scheduler stats into the timeline (turns its stats on).
+        `output_lengths[i]`: sample index i's `max_tokens` (sut.engine.SampleParams)."""
         from sut.engine import EngineConfig, create_async_engine, make_sampling_params
 
         defaults = dict(SERVER_ENGINE_DEFAULTS)
@@ -234,6 +238,7 @@ class ServerSUT(EngineSUT):
             final_only=final_only,
             start_timeout_s=start_timeout_s,
             engine_view=view,
+            output_lengths=output_lengths,
         )
 
     def limit_in_flight(self, max_in_flight: int | None) -> None:
@@ -371,7 +376,7 @@ class ServerSUT(EngineSUT):
                 if stats.engine_in_flight > stats.peak_engine_in_flight:
                     stats.peak_engine_in_flight = stats.engine_in_flight
                 prompt = self._prompt_type(prompt_token_ids=list(self._prompts[index]))
-                async for out in self._engine.generate(prompt, self._params, request_id):
+                async for out in self._engine.generate(prompt, self._params_of(index), request_id):
                     stats.engine_outputs += 1
                     self.ledger.progress()
                     new = out.outputs[0].token_ids if out.outputs else ()

@@ -261,3 +261,58 @@ def test_offline_order_only_for_offline(capsys, tiny_model, tiny_dataset, tmp_pa
     args[args.index(str(SMOKE / "offline.conf"))] = str(SMOKE / "server.conf")
     code, err = run_cli(capsys, *args)
     assert_one_clear_line(code, err, "--offline-order applies to Offline", "for Server")
+
+
+@pytest.mark.parametrize(
+    "extra, needles",
+    [
+        (["--output-lengths", "n"], ["--output-lengths", "add --ignore-eos"]),
+        (
+            ["--output-lengths", "n", "--ignore-eos", "--mode", "accuracy"],
+            ["cannot be scored nor audited", "--mode performance alone"],
+        ),
+        (
+            ["--output-lengths", "n", "--ignore-eos", "--test06"],
+            ["cannot be scored nor audited"],
+        ),
+    ],
+)
+def test_output_lengths_only_for_weights_free_performance_runs(
+    capsys, tiny_model, tiny_dataset, tmp_path, extra, needles
+):
+    out = tmp_path / "o"
+    code, err = run_cli(capsys, *offline_args(tiny_model, tiny_dataset, out, *extra))
+    assert_one_clear_line(code, err, *needles)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "column, needles",
+    [
+        ("absent", ["no column 'absent' for --output-lengths", "tok_input"]),
+        ("half", ["column 'half' row 1 is 2.5", "not a whole number"]),
+        ("text", ["column 'text' row 0 is 'x'", "one integer per sample"]),
+        ("zero", ["column 'zero' row 2 asks for 0 output tokens", "outside 1..128"]),
+        ("long", ["column 'long' row 3 asks for 129 output tokens", "raise --max-tokens"]),
+        ("one", ["column 'one' row 4 asks for 1 output tokens", "LoadGen needs 2 for a TPOT"]),
+    ],
+)
+def test_bad_output_length_columns(capsys, tiny_model, good_rows, tmp_path, column, needles):
+    n = len(good_rows)
+    columns = {
+        "half": [1.0, 2.5] + [3.0] * (n - 2),
+        "text": ["x"] * n,
+        "zero": [5, 5, 0] + [5] * (n - 3),
+        "long": [5, 5, 5, 129] + [5] * (n - 4),
+        "one": [5, 5, 5, 5, 1] + [5] * (n - 5),
+    }
+    rows = [{**r, **{k: v[i] for k, v in columns.items()}} for i, r in enumerate(good_rows)]
+    data = write_records(tmp_path / "lengths.json", rows)
+    out = tmp_path / "o"
+    args = offline_args(tiny_model, data, out, "--ignore-eos", "--output-lengths", column)
+    if column == "one":  # one-token outputs are refused where LoadGen forms a TPOT
+        args[args.index("Offline")] = "Server"
+        args[args.index(str(SMOKE / "offline.conf"))] = str(SMOKE / "server.conf")
+    code, err = run_cli(capsys, *args)
+    assert_one_clear_line(code, err, *needles)
+    assert not out.exists()

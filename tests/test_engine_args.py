@@ -101,3 +101,24 @@ def test_ipc_folder_leaves_a_deep_temp_dir_for_a_short_one():
     parent = ipc_parent(deep)
     assert parent is not None and len(parent) + 1 + len(IPC_PREFIX) + 8 <= IPC_BASE_MAX
     assert len(f"{parent}/{IPC_PREFIX}abcdefgh/{'x' * 36}") <= 107
+
+
+def test_per_sample_params_change_max_tokens_alone():
+    from sut.engine import SampleParams, make_sampling_params
+
+    base = make_sampling_params(max_tokens=128, ignore_eos=True, stream=True)
+    same = SampleParams(base)
+    assert same(0) is base and same(7) is base
+    per = SampleParams(base, [3, 1, 3, 128])
+    assert [per(i).max_tokens for i in range(4)] == [3, 1, 3, 128]
+    assert per(0) is per(2) and per(0) is not base  # one object per distinct length
+    assert base.max_tokens == 128
+    for i in range(4):  # nothing else differs from the run's own parameters
+        p = per(i)
+        assert (p.ignore_eos, p.temperature, p.top_k, p.seed, p.output_kind) == (
+            base.ignore_eos,
+            base.temperature,
+            base.top_k,
+            base.seed,
+            base.output_kind,
+        )

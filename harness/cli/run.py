@@ -71,6 +71,13 @@ def _add_run_arguments(p: argparse.ArgumentParser) -> None:
         help="fixed-length outputs, for weights-free throughput runs only",
     )
     p.add_argument(
+        "--output-lengths",
+        metavar="COLUMN",
+        help="with --ignore-eos, performance mode: each sample's output length from this "
+        "integer column of the dataset (a benchmark's output length profile with dummy "
+        "weights, instead of every output --max-tokens long)",
+    )
+    p.add_argument(
         "--allow-pickle",
         action="store_true",
         help="allow loading .pkl datasets (unpickling runs code from the file)",
@@ -208,6 +215,7 @@ def build_run_request(args: argparse.Namespace, extra: list[str]):
         progress=not args.no_progress,
         max_tokens=args.max_tokens,
         ignore_eos=args.ignore_eos,
+        output_lengths=args.output_lengths,
         accuracy_level=accuracy_level_of(args, args.benchmark),
         evaluate=not args.no_evaluate,
         nltk_data=args.nltk_data,

@@ -22,6 +22,17 @@ def check_sut_options(req: Any) -> None:
         raise UsageError(
             f"unknown --offline-order {req.offline_order!r}: choose one of {', '.join(ORDERS)}"
         )
+    if req.output_lengths is not None:
+        if not req.ignore_eos:
+            raise UsageError(
+                "--output-lengths sets each sample's output length, which holds only when "
+                "outputs ignore EOS (dummy weights): add --ignore-eos"
+            )
+        if req.modes() != ["performance"] or req.test06 or req.audit_config is not None:
+            raise UsageError(
+                "--output-lengths cuts each output at its sample's length, so its outputs "
+                "cannot be scored nor audited: use it with --mode performance alone"
+            )
     if req.warmup_samples < 0:
         raise UsageError("--warmup-samples must be 0 or more")
     if req.price_per_hour is not None and req.price_per_hour <= 0:

@@ -245,3 +245,28 @@ def machine_facts() -> dict[str, Any]:
             }
         )
     return facts
+
+
+# Environment variables that change how vLLM, torch or the collective libraries behave, as
+# the run saw them before the engine started (a sweep's env knobs are checked against these).
+ENGINE_ENV_PREFIXES = (
+    "VLLM_",
+    "OMP_",
+    "KMP_",
+    "MKL_",
+    "CUDA_",
+    "NCCL_",
+    "GLOO_",
+    "TORCH_",
+    "PYTORCH_",
+    "RAY_",
+)
+ENGINE_ENV_IGNORED = {"VLLM_RPC_BASE_PATH"}  # a per-process socket folder, not a setting
+
+
+def engine_env_vars() -> dict[str, str]:
+    return {
+        k: v
+        for k, v in sorted(os.environ.items())
+        if k.startswith(ENGINE_ENV_PREFIXES) and k not in ENGINE_ENV_IGNORED
+    }

@@ -10,7 +10,6 @@ takes the measured results with it.
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -26,6 +25,7 @@ from harness.datasets import (
     file_sha256,
     load_dataset,
     model_vocab_and_context,
+    output_lengths,
     validate_against_model,
 )
 from harness.errors import UsageError
@@ -41,7 +41,7 @@ from harness.run.checks import (
 )
 from harness.run.cost import add_cost
 from harness.run.engine_log import ENGINE_START_LOG, EngineStartLog, first_error, root_cause
-from harness.run.environment import RUN_VERSION_DISTS, installed_versions
+from harness.run.environment import RUN_VERSION_DISTS, engine_env_vars, installed_versions
 from harness.run.loadgen_test import EngineFailure, loadgen_still_running, run_loadgen_test
 from harness.run.logs import ACCURACY_LOG, DETAIL_LOG, parse_detail_log, performance_result
 from harness.run.ray_cluster import check_ray_layout, mark_ray_workers
@@ -87,6 +87,7 @@ class RunRequest:
     progress: bool = True
     max_tokens: int | None = None  # override the preset's (weights-free GPU runs)
     ignore_eos: bool = False  # fixed-length outputs (weights-free GPU runs)
+    output_lengths: str | None = None  # a dataset column: each sample's max_tokens (ignore_eos)
     # "99" / "99.9"; None: not chosen (the CLI resolves it by the round:
     # harness.submission.rounds.accuracy_level_for); a scored run must name it.
     accuracy_level: str | None = None
@@ -128,6 +129,7 @@ class PreparedRun:
     settings: Any  # mlperf_loadgen.TestSettings, built once (FromConfig: once per process)
     earlier: str | None = None  # an earlier run's status in `output`: its files get replaced
     cluster: dict[str, Any] | None = None  # the Ray cluster a Ray layout runs on (ray_cluster)
+    output_lengths: list[int] | None = None  # per sample index (RunRequest.output_lengths)
 
 
 def prepare(req: RunRequest) -> PreparedRun:
@@ -189,6 +191,16 @@ def prepare(req: RunRequest) -> PreparedRun:
             max_tokens=req.max_tokens or bench.sampling.max_tokens,
             path=dataset.path,
         )
+    lengths = None  # each sample's own max_tokens: checked with the dataset, before vLLM loads
+    if req.output_lengths is not None:
+        least = 1 if req.scenario == "Offline" else 2
+        lengths = output_lengths(
+            dataset, req.output_lengths, req.max_tokens or bench.sampling.max_tokens, least=least
+        )
+        warnings.append(
+            f"output lengths from column {req.output_lengths!r} (mean "
+            f"{sum(lengths) / len(lengths):.1f} tokens): a throughput study only"
+        )
     try:  # what only vLLM can judge, judged by vLLM, still before any engine starts
         check_engine_config(engine_config, async_engine=not _uses_offline_sut(req, engine_config))
     except EngineArgError as exc:
@@ -206,7 +218,7 @@ def prepare(req: RunRequest) -> PreparedRun:
     }
     if req.max_tokens and req.max_tokens != s.max_tokens:
         warnings.append(f"max_tokens {req.max_tokens} differs from the benchmark's {s.max_tokens}")
-    if req.ignore_eos:
+    if req.ignore_eos and lengths is None:
         warnings.append("ignore_eos is on: outputs have fixed length (throughput study only)")
     if engine_config.prefix_caching:
         warnings.append("prefix caching is on: not compliant with the MLPerf LLM rules")
@@ -221,7 +233,18 @@ def prepare(req: RunRequest) -> PreparedRun:
         settings,
         earlier,
         cluster,
+        lengths,
     )
+
+
+def sut_options(prep: PreparedRun) -> dict[str, Any]:
+    """What result.json records of the SUT's own options."""
+    req, lengths = prep.request, prep.output_lengths
+    out: dict[str, Any] = {"offline_order": req.offline_order, "warmup_samples": req.warmup_samples}
+    if lengths:
+        out["output_lengths"] = req.output_lengths
+        out["output_lengths_mean"] = round(sum(lengths) / len(lengths), 2)
+    return out
 
 
 def _uses_offline_sut(req: RunRequest, engine_config: Any) -> bool:
@@ -229,31 +252,6 @@ def _uses_offline_sut(req: RunRequest, engine_config: Any) -> bool:
     return (
         req.scenario == "Offline" and int(engine_config.kwargs.get("data_parallel_size") or 1) == 1
     )
-
-
-# Environment variables that change how vLLM, torch or the collective libraries behave, as
-# the run saw them before the engine started (a sweep's env knobs are checked against these).
-ENGINE_ENV_PREFIXES = (
-    "VLLM_",
-    "OMP_",
-    "KMP_",
-    "MKL_",
-    "CUDA_",
-    "NCCL_",
-    "GLOO_",
-    "TORCH_",
-    "PYTORCH_",
-    "RAY_",
-)
-ENGINE_ENV_IGNORED = {"VLLM_RPC_BASE_PATH"}  # a per-process socket folder, not a setting
-
-
-def engine_env_vars() -> dict[str, str]:
-    return {
-        k: v
-        for k, v in sorted(os.environ.items())
-        if k.startswith(ENGINE_ENV_PREFIXES) and k not in ENGINE_ENV_IGNORED
-    }
 
 
 def build_sut(prep: PreparedRun) -> Any:
@@ -274,6 +272,7 @@ def build_sut(prep: PreparedRun) -> Any:
             name=scenario,
             start_timeout_s=req.engine_start_timeout_s,
             order=prep.request.offline_order,
+            output_lengths=prep.output_lengths,
         )
     # Server-like scenarios, and Offline with data parallelism: `vllm.LLM` refuses
     # data_parallel_size > 1 in one process, while AsyncLLM runs one engine core per replica
@@ -289,6 +288,7 @@ def build_sut(prep: PreparedRun) -> Any:
         final_only=scenario == "Offline",  # no per-token outputs, no first-token reports
         start_timeout_s=req.engine_start_timeout_s,
         engine_stats=req.engine_stats,
+        output_lengths=prep.output_lengths,
     )
 
 
@@ -335,7 +335,7 @@ def run(
         engine_args=prep.engine_config.describe(),
         sampling=prep.sampling,
         env_vars=engine_env_vars(),
-        sut_options={"offline_order": req.offline_order, "warmup_samples": req.warmup_samples},
+        sut_options=sut_options(prep),
         warnings=list(prep.warnings),
         versions=installed_versions(RUN_VERSION_DISTS),
         started_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
