@@ -54,6 +54,10 @@ MODEL=${MODEL:-.gpu-stage/bin/llama31_8b_dummy}
 SAMPLES=${SAMPLES:-1000}
 BENCHMARK=${BENCHMARK:-llama3_1-8b}
 REPEATS=${REPEATS:-2}
+# calibrate-*/confirm: output cap, and PROFILE=openorca|cnn_dailymail (bench/profile_dataset.py;
+# PROFILE_ARGS: its flags) for the benchmark's prompt and output lengths instead of random
+# prompts of one output length
+MAXTOK=${MAXTOK:-128}
 DUMMY=(--engine-arg load_format=dummy --engine-arg skip_tokenizer_init=true
        --engine-arg max_model_len=4096)
 FP8=(--engine-arg quantization=fp8 --engine-arg kv_cache_dtype=fp8)
@@ -83,11 +87,16 @@ server() {  # name, extra args... (engine flags as --engine-arg KEY=VALUE; RATES
 cli_calibrate() {  # scenario, run args...
   local scenario=$1; shift
   local work=${TMPDIR:-/tmp}/gpu-bench; mkdir -p "$work"
-  local data; data=$(random_dataset "$MODEL" 870)
+  local data lengths=()
+  if [ -n "${PROFILE:-}" ]; then
+    data=$(profile_dataset "$MODEL"); lengths=(--output-lengths tok_output_len)
+  else
+    data=$(random_dataset "$MODEL" 870)
+  fi
   python3 -m harness.cli calibrate --benchmark "$BENCHMARK" --scenario "$scenario" \
     --model "$MODEL" --dataset "$data" --output "$work/calibrate_$scenario" --confirm \
-    --measure-samples 2000 --trial-s "${TRIAL_S:-60}" --ignore-eos --max-tokens 128 \
-    "${DUMMY[@]}" "$@" 2>&1 | grep -E "calibrate|error|Error" | tee "$OUT/calibrate_$scenario.log"
+    --measure-samples 2000 --trial-s "${TRIAL_S:-60}" --ignore-eos --max-tokens "$MAXTOK" \
+    "${lengths[@]}" "${DUMMY[@]}" "$@" 2>&1 | grep -E "calibrate|error|Error" | tee "$OUT/calibrate_$scenario.log"
   cp "$work/calibrate_$scenario/user.conf" "$OUT/calibrate_$scenario.conf" 2>/dev/null
   for f in "$work/calibrate_$scenario"/confirm-*/timeline.png; do
     [ -f "$f" ] && cp "$f" "$OUT/confirm_${scenario}_$(basename "$(dirname "$f")").png"; done
@@ -106,9 +115,11 @@ Path(sys.argv[4]).write_text(json.dumps([{'tok_input': x} for x in p]))" \
 
 profile_dataset() {  # model -> path of a JSON set of $SAMPLES prompts and output lengths with
   local model=$1 work=${TMPDIR:-/tmp}/gpu-bench; mkdir -p "$work"  # $PROFILE's length profile
-  local data="$work/profile_${PROFILE}_${SAMPLES}.json"
+  local extra=(); read -r -a extra <<< "${PROFILE_ARGS:-}"  # e.g. "--output-max 48" (CPU dry runs)
+  local tag; tag=$(printf '%s' "${PROFILE_ARGS:-}" | md5sum | cut -c1-8)
+  local data="$work/profile_${PROFILE}_${SAMPLES}_$tag.json"
   [ -f "$data" ] || python3 bench/profile_dataset.py --profile "$PROFILE" --model "$model" \
-    --samples "$SAMPLES" --out "$data" | tee -a "$OUT/datasets.txt" >&2
+    --samples "$SAMPLES" "${extra[@]}" --out "$data" | tee -a "$OUT/datasets.txt" >&2
   echo "$data"
 }
 
@@ -164,7 +175,12 @@ vs_raw() {  # scenario, engine args...
 cli_confirm() {  # scenario, target QPS, prefill policy, run args...
   local scenario=$1 target=$2 policy=$3; shift 3
   local work=${TMPDIR:-/tmp}/gpu-bench; mkdir -p "$work"
-  local data; data=$(SAMPLES=2000 random_dataset "$MODEL" "${MEAN:-870}")
+  local data lengths=()
+  if [ -n "${PROFILE:-}" ]; then
+    data=$(SAMPLES=2000 profile_dataset "$MODEL"); lengths=(--output-lengths tok_output_len)
+  else
+    data=$(SAMPLES=2000 random_dataset "$MODEL" "${MEAN:-870}")
+  fi
   local name=$BENCHMARK; [ "$scenario" = Interactive ] && name=$BENCHMARK-interactive
   local conf="$work/confirm_$scenario.conf" out="$work/confirm_${scenario}_$target"
   printf '%s.Server.target_qps = %s\n' "$name" "$target" > "$conf"
@@ -172,8 +188,8 @@ cli_confirm() {  # scenario, target QPS, prefill policy, run args...
   [ -n "${CONFIRM_MS:-}" ] && printf '*.Server.min_duration = %s\n' "$CONFIRM_MS" >> "$conf"
   python3 -m harness.cli run --benchmark "$BENCHMARK" --scenario "$scenario" --mode performance \
     --model "$MODEL" --dataset "$data" --output "$out" --user-conf "$conf" --overwrite \
-    --no-mlflow --no-progress --ignore-eos --max-tokens 128 "${DUMMY[@]}" "${FP8[@]}" \
-    --prefill-policy "$policy" "${SUT_OPTS[@]}" "$@" 2>&1 | grep --line-buffered -v -E "^(\((EngineCore|Worker|MainProcess)|INFO|DEBUG)" \
+    --no-mlflow --no-progress --ignore-eos --max-tokens "$MAXTOK" "${lengths[@]}" "${DUMMY[@]}" \
+    "${FP8[@]}" --prefill-policy "$policy" "${SUT_OPTS[@]}" "$@" 2>&1 | grep --line-buffered -v -E "^(\((EngineCore|Worker|MainProcess)|INFO|DEBUG)" \
     | tee "$OUT/confirm_$scenario.log" | grep -E "validity|VALID|TTFT|TPOT|samples|kept|error|Error"
   cp "$out/performance/mlperf_log_summary.txt" "$OUT/confirm_${scenario}_summary.txt" 2>/dev/null
   cp "$out/timeline.png" "$OUT/confirm_${scenario}_timeline.png" 2>/dev/null
