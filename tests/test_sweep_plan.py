@@ -527,3 +527,25 @@ def test_sut_knobs_only_for_offline(tmp_path):
     p.write_text(p.read_text().replace("scenario Offline", "scenario Server"))
     with pytest.raises(PlanError, match="Offline scenario only"):
         parse_plan(p)
+
+
+def test_a_server_sweep_says_its_figure_does_not_rank_capacity(tmp_path):
+    path = _plan(
+        tmp_path, "baseline --engine-arg max_num_seqs=64\nknob a --engine-arg max_num_seqs=8\n"
+    )
+    path.write_text(path.read_text().replace("scenario Offline", "scenario Server"))
+    plan = parse_plan(path)
+    runner = FakeRunner({(): 100.0, ("a",): 101.0})
+    sweep = Sweep(plan, SweepOptions(output=tmp_path / "out", repeats=1), runner=runner)
+    write_reports(tmp_path / "out", "isolation", plan, sweep.run(), {})
+    md = (tmp_path / "out" / "sweep.md").read_text()
+    assert "Figure (Server): tokens/s of a run at the user.conf's fixed target_qps" in md
+    assert "does not rank capacity" in md and "mlperf-vllm calibrate --scenario Server" in md
+    assert md.index("Figure (Server)") < md.index("| baseline |")
+    # an Offline sweep's figure is its throughput: no such note
+    (tmp_path / "o").mkdir()
+    offline = parse_plan(
+        _plan(tmp_path / "o", "baseline --engine-arg max_num_seqs=64\nknob a --env X=1\n")
+    )
+    write_reports(tmp_path / "o" / "out", "isolation", offline, [], {})
+    assert "Figure (" not in (tmp_path / "o" / "out" / "sweep.md").read_text()

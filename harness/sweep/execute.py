@@ -60,7 +60,7 @@ from harness.sweep.plan import (
     make_config,
     parse_plan,
 )
-from harness.sweep.report import ConfigRow, write_reports
+from harness.sweep.report import ConfigRow, figure_note, write_reports
 from harness.sweep.stats import RepeatOutcome, confounding, no_op, noise_verdict, rel_spread
 
 # --------------------------------------------------------------------------- one repeat
@@ -521,6 +521,8 @@ def run_sweep(plan_path: str | Path, options: SweepOptions, tracking_cfg: Any) -
         "baseline": plan.baseline.describe(),
         "knobs": {k.name: k.change.describe() for k in plan.knobs},
     }
+    if note := figure_note(plan.scenario):
+        print(f"sweep: {note.strip()}", flush=True)
     name = f"{options.kind} sweep {plan.path.stem} ({out.name})"
     with tracking.start_parent(
         tracking_cfg,

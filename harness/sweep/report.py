@@ -137,6 +137,19 @@ VALID, accuracy PASS.
 """
 
 
+def figure_note(scenario: str) -> str:
+    """What a config's tokens/s says in this scenario, where it does not rank capacity."""
+    if scenario not in ("Server", "Interactive"):
+        return ""
+    return (
+        f"Figure ({scenario}): tokens/s of a run at the user.conf's fixed target_qps. Every "
+        "config that keeps up with that target scores about the same, so the delta does not "
+        "rank capacity; what a row shows is whether the config holds the target (VALID). A "
+        "config's capacity is `mlperf-vllm calibrate --scenario "
+        f"{scenario}` on it (trials on one engine, the sustained rule).\n"
+    )
+
+
 def write_csv(rows: Sequence[ConfigRow], path: Path) -> None:
     with files.atomic_path(path) as tmp, open(tmp, "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=CSV_COLUMNS)
@@ -231,7 +244,9 @@ def write_reports(
     extra = ""
     if kind == "stacked":
         extra = f"\nFinal stack: {' + '.join(final_stack or []) or '(baseline)'}\n"
-    md = f"# {title}\n\n{table}{extra}\n{RULES}"
+    note = figure_note(plan.scenario)
+    head = f"{note}\n" if note else ""
+    md = f"# {title}\n\n{head}{table}{extra}\n{RULES}"
     files.write_text(paths["sweep.md"], md)
     files.write_text(paths["summary.txt"], md)
     files.write_text(paths["plan.txt"], plan.text)
