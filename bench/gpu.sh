@@ -98,8 +98,11 @@ cli_calibrate() {  # scenario, run args...
     --measure-samples 2000 --trial-s "${TRIAL_S:-60}" --ignore-eos --max-tokens "$MAXTOK" \
     "${lengths[@]}" "${DUMMY[@]}" "$@" 2>&1 | grep -E "calibrate|error|Error" | tee "$OUT/calibrate_$scenario.log"
   cp "$work/calibrate_$scenario/user.conf" "$OUT/calibrate_$scenario.conf" 2>/dev/null
-  for f in "$work/calibrate_$scenario"/confirm-*/timeline.png; do
-    [ -f "$f" ] && cp "$f" "$OUT/confirm_${scenario}_$(basename "$(dirname "$f")").png"; done
+  local d; for d in "$work/calibrate_$scenario"/confirm-*/; do
+    local tag; tag=confirm_${scenario}_$(basename "$d")
+    cp "$d/timeline.png" "$OUT/$tag.png" 2>/dev/null
+    cp "$d/result.json" "$OUT/${tag}_result.json" 2>/dev/null
+    cp "$d/performance/mlperf_log_summary.txt" "$OUT/${tag}_summary.txt" 2>/dev/null; done
 }
 
 random_dataset() {  # model, mean input length -> path of a JSON set of $SAMPLES prompts
