@@ -96,7 +96,7 @@ cli_calibrate() {  # scenario, run args...
   python3 -m harness.cli calibrate --benchmark "$BENCHMARK" --scenario "$scenario" \
     --model "$MODEL" --dataset "$data" --output "$work/calibrate_$scenario" --confirm \
     --measure-samples 2000 --trial-s "${TRIAL_S:-60}" --ignore-eos --max-tokens "$MAXTOK" \
-    "${lengths[@]}" "${DUMMY[@]}" "$@" 2>&1 | grep -E "calibrate|error|Error" | tee "$OUT/calibrate_$scenario.log"
+    "${lengths[@]}" "${DUMMY[@]}" "$@" 2>&1 | grep --line-buffered -E "calibrate|error|Error" | tee "$OUT/calibrate_$scenario.log"
   cp "$work/calibrate_$scenario/user.conf" "$OUT/calibrate_$scenario.conf" 2>/dev/null
   local d; for d in "$work/calibrate_$scenario"/confirm-*/; do
     local tag; tag=confirm_${scenario}_$(basename "$d")
