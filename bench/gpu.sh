@@ -87,16 +87,11 @@ server() {  # name, extra args... (engine flags as --engine-arg KEY=VALUE; RATES
 cli_calibrate() {  # scenario, run args...
   local scenario=$1; shift
   local work=${TMPDIR:-/tmp}/gpu-bench; mkdir -p "$work"
-  local data lengths=()
-  if [ -n "${PROFILE:-}" ]; then
-    data=$(profile_dataset "$MODEL"); lengths=(--output-lengths tok_output_len)
-  else
-    data=$(random_dataset "$MODEL" 870)
-  fi
+  pick_dataset "$MODEL" 870
   python3 -m harness.cli calibrate --benchmark "$BENCHMARK" --scenario "$scenario" \
-    --model "$MODEL" --dataset "$data" --output "$work/calibrate_$scenario" --confirm \
+    --model "$MODEL" --dataset "$DATA" --output "$work/calibrate_$scenario" --confirm \
     --measure-samples 2000 --trial-s "${TRIAL_S:-60}" --ignore-eos --max-tokens "$MAXTOK" \
-    "${lengths[@]}" "${DUMMY[@]}" "$@" 2>&1 | grep --line-buffered -E "calibrate|error|Error" | tee "$OUT/calibrate_$scenario.log"
+    "${LENGTHS[@]}" "${DUMMY[@]}" "$@" 2>&1 | grep --line-buffered -E "calibrate|error|Error" | tee "$OUT/calibrate_$scenario.log"
   cp "$work/calibrate_$scenario/user.conf" "$OUT/calibrate_$scenario.conf" 2>/dev/null
   local d; for d in "$work/calibrate_$scenario"/confirm-*/; do
     local tag; tag=confirm_${scenario}_$(basename "$d")
@@ -116,6 +111,17 @@ Path(sys.argv[4]).write_text(json.dumps([{'tok_input': x} for x in p]))" \
   echo "$data"
 }
 
+# Sets DATA (the dataset's path) and LENGTHS (--output-lengths of the profile's output lengths,
+# empty for random prompts): $PROFILE's length profile, else $SAMPLES random prompts of MEAN.
+pick_dataset() {  # model, mean input length
+  LENGTHS=()
+  if [ -n "${PROFILE:-}" ]; then
+    DATA=$(profile_dataset "$1"); LENGTHS=(--output-lengths tok_output_len)
+  else
+    DATA=$(random_dataset "$1" "$2")
+  fi
+}
+
 profile_dataset() {  # model -> path of a JSON set of $SAMPLES prompts and output lengths with
   local model=$1 work=${TMPDIR:-/tmp}/gpu-bench; mkdir -p "$work"  # $PROFILE's length profile
   local extra=(); read -r -a extra <<< "${PROFILE_ARGS:-}"  # e.g. "--output-max 48" (CPU dry runs)
@@ -131,19 +137,15 @@ profile_dataset() {  # model -> path of a JSON set of $SAMPLES prompts and outpu
 cli_offline() {  # name, model, mean input length, max tokens, run args...
   local name=$1 model=$2 mean=$3 maxtok=$4; shift 4
   local work=${TMPDIR:-/tmp}/gpu-bench; mkdir -p "$work"
-  local data conf="$work/offline_all.conf" lengths=()
-  if [ -n "${PROFILE:-}" ]; then  # the benchmark's output lengths, not $maxtok each
-    data=$(profile_dataset "$model"); lengths=(--output-lengths tok_output_len)
-  else
-    data=$(random_dataset "$model" "$mean")
-  fi
+  local conf="$work/offline_all.conf"
+  pick_dataset "$model" "$mean"  # with $PROFILE: the benchmark's output lengths, not $maxtok each
   # One query of the whole set, each prompt once; no min duration (throughput study, not a
   # submission run).
   printf '*.Offline.min_duration = 0\n*.Offline.min_query_count = %s\n*.Offline.target_qps = 1\n' \
     "$SAMPLES" > "$conf"
   python3 -m harness.cli run --benchmark "$BENCHMARK" --scenario Offline --mode performance \
-    --model "$model" --dataset "$data" --output "$work/run_$name" --user-conf "$conf" \
-    --no-mlflow --no-progress --ignore-eos --max-tokens "$maxtok" "${lengths[@]}" "${DUMMY[@]}" \
+    --model "$model" --dataset "$DATA" --output "$work/run_$name" --user-conf "$conf" \
+    --no-mlflow --no-progress --ignore-eos --max-tokens "$maxtok" "${LENGTHS[@]}" "${DUMMY[@]}" \
     "${SUT_OPTS[@]}" "$@" 2>&1 | grep -E "validity|tokens/s|samples|duration|warm-up|cost|error|Error" \
     | sed "s/^/[$name] /" \
     | tee "$OUT/run_$name.log"
@@ -178,20 +180,15 @@ vs_raw() {  # scenario, engine args...
 cli_confirm() {  # scenario, target QPS, prefill policy, run args...
   local scenario=$1 target=$2 policy=$3; shift 3
   local work=${TMPDIR:-/tmp}/gpu-bench; mkdir -p "$work"
-  local data lengths=()
-  if [ -n "${PROFILE:-}" ]; then
-    data=$(SAMPLES=2000 profile_dataset "$MODEL"); lengths=(--output-lengths tok_output_len)
-  else
-    data=$(SAMPLES=2000 random_dataset "$MODEL" "${MEAN:-870}")
-  fi
+  SAMPLES=2000 pick_dataset "$MODEL" "${MEAN:-870}"
   local name=$BENCHMARK; [ "$scenario" = Interactive ] && name=$BENCHMARK-interactive
   local conf="$work/confirm_$scenario.conf" out="$work/confirm_${scenario}_$target"
   printf '%s.Server.target_qps = %s\n' "$name" "$target" > "$conf"
   # CPU dry runs only: a shorter run than mlperf.conf's 600 s
   [ -n "${CONFIRM_MS:-}" ] && printf '*.Server.min_duration = %s\n' "$CONFIRM_MS" >> "$conf"
   python3 -m harness.cli run --benchmark "$BENCHMARK" --scenario "$scenario" --mode performance \
-    --model "$MODEL" --dataset "$data" --output "$out" --user-conf "$conf" --overwrite \
-    --no-mlflow --no-progress --ignore-eos --max-tokens "$MAXTOK" "${lengths[@]}" "${DUMMY[@]}" \
+    --model "$MODEL" --dataset "$DATA" --output "$out" --user-conf "$conf" --overwrite \
+    --no-mlflow --no-progress --ignore-eos --max-tokens "$MAXTOK" "${LENGTHS[@]}" "${DUMMY[@]}" \
     "${FP8[@]}" --prefill-policy "$policy" "${SUT_OPTS[@]}" "$@" 2>&1 | grep --line-buffered -v -E "^(\((EngineCore|Worker|MainProcess)|INFO|DEBUG)" \
     | tee "$OUT/confirm_$scenario.log" | grep -E "validity|VALID|TTFT|TPOT|samples|kept|error|Error"
   cp "$out/performance/mlperf_log_summary.txt" "$OUT/confirm_${scenario}_summary.txt" 2>/dev/null

@@ -106,8 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     if a.output_mean or a.output_max:
         out = prof.outputs
         high = a.output_max or out.high
-        out = replace(out, mean=a.output_mean or min(out.mean, high), high=high)
-        prof = replace(prof, outputs=replace(out, low=min(out.low, high)))
+        mean = a.output_mean or min(out.mean, high)
+        prof = replace(prof, outputs=replace(out, mean=mean, high=high, low=min(out.low, high)))
     vocab = int(json.loads((a.model / "config.json").read_text())["vocab_size"])
     rows = build(prof, vocab, a.seed)
     a.out.parent.mkdir(parents=True, exist_ok=True)

@@ -86,7 +86,7 @@ async def poisson_stream(
 ):
     """Raw side: arrivals straight into the SUT's engine; returns (samples, gauges). `replay`:
     arrival offsets (s) to repeat, LoadGen's own from the SUT's test at this rate."""
-    engine, params = sut._engine, sut._params
+    engine, params = sut._engine, sut._params_of.base
     make_prompt = sut._prompt_type
     rng = random.Random(seed)
     samples: list[tuple[float, float, float, int]] = []

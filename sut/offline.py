@@ -89,7 +89,6 @@ class OfflineSUT(EngineSUT):
         self.vllm_config = getattr(self._engine, "vllm_config", None)
         self._prompt_type = tokens_prompt
         self._prompts = prompts
-        self._params = sampling_params
         self._params_of = SampleParams(sampling_params, output_lengths)
         self._inbox: queue.Queue[list[tuple[int, int]] | None] = queue.Queue()
         self._progress = Progress(progress, name)
@@ -218,7 +217,7 @@ class OfflineSUT(EngineSUT):
         capture. Call it before LoadGen starts only: the worker thread drives the engine once
         samples come. Returns the number of warm-up requests that finished."""
         for i, prompt in enumerate(self._render(prompts)):
-            self._engine.add_request(f"warmup-{i}", prompt, self._params)
+            self._engine.add_request(f"warmup-{i}", prompt, self._params_of.base)
         finished = 0
         while self._engine.has_unfinished_requests():
             finished += sum(out.finished for out in self._engine.step())

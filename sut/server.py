@@ -152,7 +152,6 @@ class ServerSUT(EngineSUT):
         self._prompt_type = tokens_prompt
         self._report_first = not final_only  # `sampling_params` must then be FINAL_ONLY
         self._prompts = prompts
-        self._params = sampling_params
         self._params_of = SampleParams(sampling_params, output_lengths)
         self.stats = ServerStats()
         self._engine: Any = None
@@ -314,7 +313,7 @@ class ServerSUT(EngineSUT):
         async def one(i: int, prompt: Sequence[int]) -> bool:
             finished = False
             request = self._prompt_type(prompt_token_ids=list(prompt))
-            async for out in self._engine.generate(request, self._params, f"warmup-{i}"):
+            async for out in self._engine.generate(request, self._params_of.base, f"warmup-{i}"):
                 finished = bool(out.finished)
             return finished
 
