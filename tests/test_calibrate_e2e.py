@@ -104,6 +104,20 @@ def test_server_calibration_holds_for_a_run_several_times_longer(
     assert (confirms[-1] / "timeline.png").stat().st_size > 1000
     assert "engine kept up" in (confirms[-1] / "run.log").read_text()
 
+    # calibration.json: the same evidence for programs, agreeing with the conf and the trials.
+    rec = json.loads((out / "calibration.json").read_text())
+    assert rec["offline_samples_per_second"] == pytest.approx(ceiling, abs=1e-3)
+    assert {t["target_qps"]: t["passed"] for t in rec["trials"]} == {
+        q: bool(re.search(rf"^#\s+{q:g} QPS: .*-> pass$", text, re.M)) for q in trials
+    }
+    assert rec["highest_passing_qps"] == max(t["target_qps"] for t in rec["trials"] if t["passed"])
+    assert rec["written_qps"] == math.floor(rec["highest_passing_qps"] * 0.85 * 1000) / 1000
+    runs = rec["confirmations"]
+    assert [r["output"] for r in runs] == [str(c) for c in confirms]
+    assert runs[-1]["held"] is True and runs[-1]["validity"] == "VALID"
+    assert rec["confirmed_qps"] == runs[-1]["target_qps"] == target
+    assert runs[-1]["ttft_p99_ms"] == perf["ttft_p99_ms"]
+
 
 def test_interactive_trials_run_under_the_interactive_name_and_limits(
     tiny_model, tiny_dataset, tmp_path
@@ -126,6 +140,12 @@ def test_interactive_trials_run_under_the_interactive_name_and_limits(
     ttft = float(re.search(r"99.00 percentile first token latency \(ns\)\s*: (\d+)", summary)[1])
     tpot = float(re.search(r"99.00 percentile time to output token \(ns\)\s*: (\d+)", summary)[1])
     passed = ttft <= 500e6 and tpot <= 30e6 and verdict["kept_up"] is True
+    # calibration.json is written whether or not a trial passed, with the trial's verdict.
+    rec = json.loads((out / "calibration.json").read_text())
+    assert rec["loadgen_model"] == "llama3_1-8b-interactive"
+    assert rec["limits_ms"] == {"ttft_p99": 500.0, "tpot_p99": 30.0}
+    assert [(t["target_qps"], t["passed"]) for t in rec["trials"]] == [(6.0, passed)]
+    assert rec["highest_passing_qps"] == (6.0 if passed else None)
     if passed:
         assert proc.returncode == 0, proc.stdout[-3000:]
         text = (out / "user.conf").read_text()

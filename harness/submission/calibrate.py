@@ -215,7 +215,7 @@ def _calibrate_server(req: CalibrateRequest, bench: Benchmark, lg_model: str, si
         raise UsageError("--trial-s and --trials must be positive and --backoff in [0, 1)")
     if req.confirm and req.confirm_runs < 1:
         raise UsageError("--confirm-runs must be at least 1")
-    search, qps = calibrate_server(req, bench, lg_model)
+    search, qps, record = calibrate_server(req, bench, lg_model)
     base = req.user_conf.read_text() if req.user_conf else ""
     demo = _demo_lines(bench, lg_model, "Server", req, size)
     conf = req.output / "user.conf"
@@ -244,7 +244,7 @@ def _calibrate_server(req: CalibrateRequest, bench: Benchmark, lg_model: str, si
         print("\n".join(line for line in search if line.startswith("#")))
         print(f"user.conf written: {conf}")
         return conf
-    confirmed, evidence = confirm_target(req, lg_model, conf, write_conf, qps)
+    confirmed, evidence = confirm_target(req, lg_model, conf, write_conf, qps, record)
     if confirmed is None:
         write_conf(
             qps, evidence, "# NOT CONFIRMED: no run of the full duration held; see the end.\n"

@@ -20,22 +20,37 @@ limits, confirmed by a run of the submission's length when asked.
    at that target; if it is INVALID or its engine fell behind, the target steps down by the
    backoff and the run is repeated, up to `--confirm-runs` times. The conf then holds a rate that
    a run of the submission's length held, or says NOT CONFIRMED and the command fails.
+5. `calibration.json` beside the conf: the same evidence for programs (the ceiling, every
+   trial's figures and verdict, the highest passing target, the written one, each confirmation
+   run), written after the search (also when no trial passed) and again after each confirmation.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from pathlib import Path
 from typing import Any
 
+from harness import files
 from harness.benchmarks import Benchmark
 from harness.errors import UsageError
 from harness.run.child import ChildRun, run_in_child
 
+RECORD_FILE = "calibration.json"
 
-def calibrate_server(req: Any, bench: Benchmark, lg_model: str) -> tuple[list[str], float]:
-    """The conf lines of a Server / Interactive calibration and the target they set."""
+
+def write_record(req: Any, record: dict[str, Any]) -> None:
+    """calibration.json in the calibration's folder, written aside and renamed into place."""
+    files.write_text(req.output / RECORD_FILE, json.dumps(record, indent=2, default=str) + "\n")
+
+
+def calibrate_server(
+    req: Any, bench: Benchmark, lg_model: str
+) -> tuple[list[str], float, dict[str, Any]]:
+    """The conf lines of a Server / Interactive calibration, the target they set and the
+    calibration's record (written to calibration.json, also when no trial passed)."""
     from harness.run.runner import prepare
     from harness.run.trials import TrialEngine, bounded_search
 
@@ -70,7 +85,23 @@ def calibrate_server(req: Any, bench: Benchmark, lg_model: str) -> tuple[list[st
     finally:
         eng.close()
     trials = eng.trials
+    record: dict[str, Any] = {
+        "benchmark": req.benchmark,
+        "loadgen_model": lg_model,
+        "scenario": req.scenario,
+        "limits_ms": {"ttft_p99": limits.ttft_ms, "tpot_p99": limits.tpot_ms},
+        "engine_start_s": eng.engine_start_s,
+        "offline_samples_per_second": ceiling,
+        "measure_samples": req.measure_samples,
+        "trial_s": req.trial_s,
+        "trials": [t.to_dict() for t in trials],
+        "highest_passing_qps": best,
+        "highest_passing_of_offline": None if best is None else best / ceiling,
+        "backoff": req.backoff,
+        "written_qps": None,
+    }
     if best is None:
+        write_record(req, record)
         lowest = min(t.target_qps for t in trials) if trials else 0
         raise UsageError(
             f"no trial passed (lowest tried {lowest:g} QPS; p99 TTFT {limits.ttft_ms:g} ms / "
@@ -79,6 +110,8 @@ def calibrate_server(req: Any, bench: Benchmark, lg_model: str) -> tuple[list[st
             f"{req.output / 'trials'})"
         )
     qps = math.floor(best * (1 - req.backoff) * 1000) / 1000
+    record["written_qps"] = qps
+    write_record(req, record)
     lines = [
         f"# --- mlperf-vllm calibrate, {time.strftime('%Y-%m-%d %H:%M')} ---",
         f"# the same engine's Offline rate: {ceiling:.3f} samples/s (the search's ceiling)",
@@ -92,7 +125,7 @@ def calibrate_server(req: Any, bench: Benchmark, lg_model: str) -> tuple[list[st
         f"# highest passing {best:g} QPS = {best / ceiling:.3f} of Offline; x (1 - backoff "
         f"{req.backoff:g}) = {qps:g}"
     )
-    return lines, qps
+    return lines, qps, record
 
 
 def run_once(req: Any, scenario: str, conf: Path, out: Path, label: str = "") -> dict[str, Any]:
@@ -121,12 +154,21 @@ def run_once(req: Any, scenario: str, conf: Path, out: Path, label: str = "") ->
 
 
 def confirm_target(
-    req: Any, lg_model: str, conf: Path, write_conf, qps: float
+    req: Any,
+    lg_model: str,
+    conf: Path,
+    write_conf,
+    qps: float,
+    record: dict[str, Any] | None = None,
 ) -> tuple[float | None, list[str]]:
     """Run the written conf for its full min_duration, stepping the target down by the backoff
     while the run is INVALID or its engine fell behind. `write_conf(qps, lines)` rewrites the
-    conf with that target and the evidence lines so far. Returns the confirmed target (None if
-    no run held) and the evidence lines."""
+    conf with that target and the evidence lines so far; `record` (calibration.json) gets each
+    run under "confirmations" and the held target as "confirmed_qps", and is rewritten after
+    each run. Returns the confirmed target (None if no run held) and the evidence lines."""
+    runs: list[dict[str, Any]] = []
+    if record is not None:
+        record["confirmations"], record["confirmed_qps"] = runs, None
     evidence: list[str] = []
     for attempt in range(1, req.confirm_runs + 1):
         write_conf(qps, evidence)
@@ -148,6 +190,24 @@ def confirm_target(
         )
         print(f"calibrate: {line[2:]}", flush=True)
         evidence.append(line)
+        runs.append(
+            {
+                "attempt": attempt,
+                "target_qps": qps,
+                "held": held,
+                "validity": perf.get("validity"),
+                "invalid_reasons": perf.get("invalid_reasons") or [],
+                "duration_s": perf.get("duration_s"),
+                "samples_per_second": perf.get("samples_per_second"),
+                "ttft_p99_ms": perf.get("ttft_p99_ms"),
+                "tpot_p99_ms": perf.get("tpot_p99_ms"),
+                "kept_up": sustained.get("kept_up"),
+                "output": str(out),
+            }
+        )
+        if record is not None:
+            record["confirmed_qps"] = qps if held else None
+            write_record(req, record)
         if held:
             evidence.append(f"# confirmed: a run of the conf's full duration held {qps:g} QPS")
             write_conf(qps, evidence)
