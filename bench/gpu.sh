@@ -94,10 +94,13 @@ cli_calibrate() {  # scenario, run args...
     "${LENGTHS[@]}" "${DUMMY[@]}" "$@" 2>&1 | grep --line-buffered -E "calibrate|error|Error" | tee "$OUT/calibrate_$scenario.log"
   cp "$work/calibrate_$scenario/user.conf" "$OUT/calibrate_$scenario.conf" 2>/dev/null
   local d; for d in "$work/calibrate_$scenario"/confirm-*/; do
-    local tag; tag=confirm_${scenario}_$(basename "$d")
-    cp "$d/timeline.png" "$OUT/$tag.png" 2>/dev/null
-    cp "$d/result.json" "$OUT/${tag}_result.json" 2>/dev/null
-    cp "$d/performance/mlperf_log_summary.txt" "$OUT/${tag}_summary.txt" 2>/dev/null; done
+    [ -d "$d" ] && keep_run "$d" "confirm_${scenario}_$(basename "$d")"; done
+}
+
+keep_run() {  # run folder, tag: its LoadGen summary, picture and result.json to $OUT/TAG_*
+  cp "$1/performance/mlperf_log_summary.txt" "$OUT/$2_summary.txt" 2>/dev/null
+  cp "$1/timeline.png" "$OUT/$2_timeline.png" 2>/dev/null
+  cp "$1/result.json" "$OUT/$2_result.json" 2>/dev/null
 }
 
 random_dataset() {  # model, mean input length -> path of a JSON set of $SAMPLES prompts
@@ -191,9 +194,7 @@ cli_confirm() {  # scenario, target QPS, prefill policy, run args...
     --no-mlflow --no-progress --ignore-eos --max-tokens "$MAXTOK" "${LENGTHS[@]}" "${DUMMY[@]}" \
     "${FP8[@]}" --prefill-policy "$policy" "${SUT_OPTS[@]}" "$@" 2>&1 | grep --line-buffered -v -E "^(\((EngineCore|Worker|MainProcess)|INFO|DEBUG)" \
     | tee "$OUT/confirm_$scenario.log" | grep -E "validity|VALID|TTFT|TPOT|samples|kept|error|Error"
-  cp "$out/performance/mlperf_log_summary.txt" "$OUT/confirm_${scenario}_summary.txt" 2>/dev/null
-  cp "$out/timeline.png" "$OUT/confirm_${scenario}_timeline.png" 2>/dev/null
-  cp "$out/result.json" "$OUT/confirm_${scenario}_result.json" 2>/dev/null
+  keep_run "$out" "confirm_$scenario"
 }
 
 study() {  # scenario, engine args... [-- run-only args]: vs-raw, then confirm the best policy

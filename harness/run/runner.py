@@ -179,6 +179,7 @@ def prepare(req: RunRequest) -> PreparedRun:
     engine_config = make_engine_config(str(req.model), req.engine_overrides)
     load_format = str(engine_config.kwargs.get("load_format", "auto"))
     check_model_weights(req.model, load_format)
+    max_tokens = req.max_tokens or bench.sampling.max_tokens
     if req.model.is_dir():
         vocab, ctx = model_vocab_and_context(req.model)
         max_len = engine_config.kwargs.get("max_model_len") or ctx
@@ -188,15 +189,13 @@ def prepare(req: RunRequest) -> PreparedRun:
             dataset.prompts,
             vocab_size=vocab,
             max_model_len=max_len,
-            max_tokens=req.max_tokens or bench.sampling.max_tokens,
+            max_tokens=max_tokens,
             path=dataset.path,
         )
     lengths = None  # each sample's own max_tokens: checked with the dataset, before vLLM loads
     if req.output_lengths is not None:
         least = 1 if req.scenario == "Offline" else 2
-        lengths = output_lengths(
-            dataset, req.output_lengths, req.max_tokens or bench.sampling.max_tokens, least=least
-        )
+        lengths = output_lengths(dataset, req.output_lengths, max_tokens, least=least)
         warnings.append(
             f"output lengths from column {req.output_lengths!r} (mean "
             f"{sum(lengths) / len(lengths):.1f} tokens): a throughput study only"

@@ -96,7 +96,6 @@ def calibrate_server(
         "trial_s": req.trial_s,
         "trials": [t.to_dict() for t in trials],
         "highest_passing_qps": best,
-        "highest_passing_of_offline": None if best is None else best / ceiling,
         "backoff": req.backoff,
         "written_qps": None,
     }
@@ -159,7 +158,7 @@ def confirm_target(
     conf: Path,
     write_conf,
     qps: float,
-    record: dict[str, Any] | None = None,
+    record: dict[str, Any],
 ) -> tuple[float | None, list[str]]:
     """Run the written conf for its full min_duration, stepping the target down by the backoff
     while the run is INVALID or its engine fell behind. `write_conf(qps, lines)` rewrites the
@@ -167,8 +166,7 @@ def confirm_target(
     run under "confirmations" and the held target as "confirmed_qps", and is rewritten after
     each run. Returns the confirmed target (None if no run held) and the evidence lines."""
     runs: list[dict[str, Any]] = []
-    if record is not None:
-        record["confirmations"], record["confirmed_qps"] = runs, None
+    record["confirmations"], record["confirmed_qps"] = runs, None
     evidence: list[str] = []
     for attempt in range(1, req.confirm_runs + 1):
         write_conf(qps, evidence)
@@ -205,9 +203,8 @@ def confirm_target(
                 "output": str(out),
             }
         )
-        if record is not None:
-            record["confirmed_qps"] = qps if held else None
-            write_record(req, record)
+        record["confirmed_qps"] = qps if held else None
+        write_record(req, record)
         if held:
             evidence.append(f"# confirmed: a run of the conf's full duration held {qps:g} QPS")
             write_conf(qps, evidence)
