@@ -8,6 +8,8 @@
 #   bench/gpu.sh offline-70b [run args]  Llama-2-70B FP8 + FP8 KV on one GPU, OpenOrca's length
 #                          profile with its output lengths (--output-lengths), N70 samples
 #                          (default 24,576: the submission's query) through `mlperf-vllm run`
+#   bench/gpu.sh sweep-70b [sweep args]  `mlperf-vllm sweep` of the 70B's Offline plan on one GPU
+#                          (scripts/plans/llama2_70b_offline_h200.txt), N70 samples (default 1,000)
 #   bench/gpu.sh tp2-70b   (2 GPUs) Llama-2-70B FP8, TP 2, via `mlperf-vllm run`
 #   bench/gpu.sh tp8-405b  (8 GPUs) Llama-3.1-405B FP8, TP 8, the benchmark's length profile
 #                          (bench/models/llama31_405b_dummy: 126 layers, hidden 16384, 128/8 heads)
@@ -143,9 +145,9 @@ cli_offline() {  # name, model, mean input length, max tokens, run args...
   local conf="$work/offline_all.conf"
   pick_dataset "$model" "$mean"  # with $PROFILE: the benchmark's output lengths, not $maxtok each
   # One query of the whole set, each prompt once; no min duration (throughput study, not a
-  # submission run).
-  printf '*.Offline.min_duration = 0\n*.Offline.min_query_count = %s\n*.Offline.target_qps = 1\n' \
-    "$SAMPLES" > "$conf"
+  # submission run) unless MIN_MS sets one (a 600 s run shorter than the rules' query).
+  printf '*.Offline.min_duration = %s\n*.Offline.min_query_count = %s\n*.Offline.target_qps = 1\n' \
+    "${MIN_MS:-0}" "$SAMPLES" > "$conf"
   python3 -m harness.cli run --benchmark "$BENCHMARK" --scenario Offline --mode performance \
     --model "$model" --dataset "$DATA" --output "$work/run_$name" --user-conf "$conf" \
     --no-mlflow --no-progress --ignore-eos --max-tokens "$maxtok" "${LENGTHS[@]}" "${DUMMY[@]}" \
@@ -265,6 +267,26 @@ case "${1:-all}" in
     shift; n=${N70:-24576}
     BENCHMARK=llama2-70b PROFILE=openorca SAMPLES=$n cli_offline "70b_fp8_${TAG}$n" \
       "${MODEL70:-.gpu-stage/bin/llama2_70b_dummy}" 0 1024 "${FP8[@]}" "${STACK_ARGS[@]}" "$@" ;;
+  sweep-70b)  # one GPU: `mlperf-vllm sweep` of scripts/plans/llama2_70b_offline_h200.txt (PLAN70
+    # another plan; KIND isolation|stacked; REPEATS) on N70 samples (default 1,000) of OpenOrca's
+    # length profile, one query each, no min duration; the sweep folder goes to $OUT/sweep_70b.
+    # NO_FP8 (CPU dry runs): the plan without its FP8 lines, engines eager
+    shift; n=${N70:-1000}; model=${MODEL70:-.gpu-stage/bin/llama2_70b_dummy}
+    work=${TMPDIR:-/tmp}/gpu-bench; mkdir -p "$work"
+    plan=${PLAN70:-scripts/plans/llama2_70b_offline_h200.txt}
+    if [ -n "${NO_FP8:-}" ]; then
+      grep -v -E "quantization=fp8|kv_cache_dtype=fp8" "$plan" > "$work/plan70.txt"
+      echo "baseline --engine-arg enforce_eager=true" >> "$work/plan70.txt"; plan=$work/plan70.txt
+    fi
+    SAMPLES=$n PROFILE=openorca pick_dataset "$model" 0
+    conf="$work/sweep70.conf"
+    printf '*.Offline.min_duration = 0\n*.Offline.min_query_count = %s\n*.Offline.target_qps = 1\n' \
+      "$n" > "$conf"
+    MODEL=$model DATASET=$DATA USER_CONF=$conf python3 -m harness.cli sweep "$plan" \
+      --kind "${KIND:-isolation}" --repeats "$REPEATS" --no-mlflow --output "$OUT/sweep_70b" \
+      --config-timeout "${CONFIG_S:-900}" "$@" 2>&1 \
+      | grep --line-buffered -v -E "^(\((EngineCore|Worker|MainProcess)|INFO|DEBUG|WARNING)" \
+      | tee "$OUT/sweep_70b.log" ;;
   tp2-70b)   # 2 GPUs: Llama-2-70B FP8 + FP8 KV, TP 2; OpenOrca-like input, its mean output length
     BENCHMARK=llama2-70b cli_offline 70b_fp8_tp2 .gpu-stage/bin/llama2_70b_dummy 300 294 "${FP8[@]}" \
       --tensor-parallel-size 2 ;;
@@ -296,12 +318,12 @@ case "${1:-all}" in
   collect)
     job=$HOME/gpu-job; sleep "${WAIT:-0}"
     grep -v -E "^(\((EngineCore|Worker|MainProcess)|INFO|DEBUG|WARNING)" "$job/job.log" | tail -n 60
-    cp "$job"/out/* "$OUT/" 2>/dev/null
+    cp -r "$job"/out/* "$OUT/" 2>/dev/null
     if [ -f "$job/done" ]; then echo "job: finished, $(cat "$job/done")"; else echo "job: running"; fi ;;
   probe) probe ;;
   tune) shift; tune "$@" ;;
   full) shift; name=$1; shift; SAMPLES=13368 cli_offline "full_$name" "$MODEL" 870 128 "$@" ;;
   all) offline bf16; offline fp8 "${FP8[@]}"; server fp8 "${FP8[@]}" "${STACK_ARGS[@]}" ;;
-  *) echo "usage: $0 {offline|offline-bf16|offline-fp8|offline-full|offline-2k|offline-70b|server|interactive|calibrate-server|calibrate-interactive|scale-8b|tp2-70b|tp8-405b|probe|tune|full|all}" >&2
+  *) echo "usage: $0 {offline|offline-bf16|offline-fp8|offline-full|offline-2k|offline-70b|sweep-70b|server|interactive|calibrate-server|calibrate-interactive|scale-8b|tp2-70b|tp8-405b|probe|tune|full|all}" >&2
      exit 2 ;;
 esac

@@ -38,6 +38,8 @@ def test_shipped_plans_parse(monkeypatch, tmp_path):
     (tmp_path / "d.json").write_text("[]")
     monkeypatch.setenv("MODEL", str(tmp_path / "m"))
     monkeypatch.setenv("DATASET", str(tmp_path / "d.json"))
+    (tmp_path / "user.conf").write_text("")
+    monkeypatch.setenv("USER_CONF", str(tmp_path / "user.conf"))
     for path in sorted((REPO / "scripts" / "plans").glob("*.txt")):
         plan = parse_plan(path)
         assert plan.knobs, path
@@ -520,6 +522,44 @@ def test_sut_option_knobs_reach_the_run_and_are_guarded(tmp_path):
 def test_bad_sut_knobs(tmp_path, body, match):
     with pytest.raises(PlanError, match=match):
         parse_plan(_plan(tmp_path, body))
+
+
+def test_weights_free_output_settings_reach_every_run_and_the_signature(tmp_path):
+    from harness.sweep.execute import child_run
+
+    plan = parse_plan(
+        _plan(
+            tmp_path,
+            "ignore_eos yes\noutput_lengths tok_output_len\n"
+            "knob seqs --engine-arg max_num_seqs=8\n",
+        )
+    )
+    assert plan.ignore_eos and plan.output_lengths == "tok_output_len"
+    spec = make_config(plan, 1, "seqs", plan.knobs)
+    cmd = child_run(plan, spec, tmp_path, "performance").argv()
+    assert "--ignore-eos" in cmd
+    assert cmd[cmd.index("--output-lengths") + 1] == "tok_output_len"
+    # a sweep folder of another output setting is not resumed as this one
+    plain = parse_plan(_plan(tmp_path, "knob seqs --engine-arg max_num_seqs=8\n"))
+    assert "--ignore-eos" not in child_run(
+        plain, make_config(plain, 1, "seqs", plain.knobs), tmp_path, "performance"
+    ).argv()
+    assert spec.signature(plan, False) != make_config(plain, 1, "seqs", plain.knobs).signature(
+        plain, False
+    )
+
+
+@pytest.mark.parametrize(
+    "body, match",
+    [
+        ("ignore_eos maybe\n", "ignore_eos 'maybe' must be yes or no"),
+        ("output_lengths tok_output_len\n", "needs `ignore_eos yes`"),
+        ("ignore_eos no\noutput_lengths n\n", "needs `ignore_eos yes`"),
+    ],
+)
+def test_bad_output_settings(tmp_path, body, match):
+    with pytest.raises(PlanError, match=match):
+        parse_plan(_plan(tmp_path, body + "knob k --engine-arg max_num_seqs=8\n"))
 
 
 def test_sut_knobs_only_for_offline(tmp_path):

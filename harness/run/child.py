@@ -37,6 +37,8 @@ class ChildRun:
     output: Path
     user_conf: Path | None = None
     max_tokens: int | None = None
+    ignore_eos: bool = False  # weights-free throughput runs only
+    output_lengths: str | None = None  # dataset column of each sample's output length
     nltk_data: str | Path | None = None
     stall_timeout_s: float | None = None  # None: the run's default
     price_per_hour: float | None = None
@@ -59,6 +61,10 @@ class ChildRun:
         flags += ["--no-mlflow", "--no-progress", "--overwrite"]
         if self.max_tokens:
             flags += ["--max-tokens", str(self.max_tokens)]
+        if self.ignore_eos:
+            flags += ["--ignore-eos"]
+        if self.output_lengths:
+            flags += ["--output-lengths", self.output_lengths]
         if self.nltk_data:
             flags += ["--nltk-data", str(self.nltk_data)]
         if self.stall_timeout_s is not None:

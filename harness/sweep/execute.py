@@ -138,6 +138,8 @@ def child_run(
         output=out,
         user_conf=plan.user_conf,
         max_tokens=plan.max_tokens,
+        ignore_eos=plan.ignore_eos,
+        output_lengths=plan.output_lengths,
         nltk_data=env.get("NLTK_DATA", os.environ.get("NLTK_DATA")),
         stall_timeout_s=stall_timeout_s,
         price_per_hour=price_per_hour,

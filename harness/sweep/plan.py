@@ -23,7 +23,16 @@ SWEEP_FILES = ("sweep.json", "sweep.csv", "sweep.md", "sweep.png", "plan.txt", "
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 _ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _UNEXPANDED_RE = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?")
-_SETTINGS = ("benchmark", "scenario", "model", "dataset", "user_conf", "max_tokens")
+_SETTINGS = (
+    "benchmark",
+    "scenario",
+    "model",
+    "dataset",
+    "user_conf",
+    "max_tokens",
+    "ignore_eos",
+    "output_lengths",
+)
 # Options of our SUT a knob may set (`--sut KEY=VALUE`), fields of harness.run.child.ChildRun;
 # each run records them in result.json `sut_options`.
 SUT_KNOBS = ("offline_order", "warmup_samples")
@@ -73,6 +82,10 @@ class Plan:
     max_tokens: int | None
     baseline: Change
     knobs: tuple[Knob, ...]
+    # weights-free throughput sweeps (dummy weights): fixed-length outputs, or each sample's
+    # output length from a dataset column (a benchmark's output length profile)
+    ignore_eos: bool = False
+    output_lengths: str | None = None
 
 
 def _parse_change(tokens: list[str], where: str) -> Change:
@@ -231,6 +244,18 @@ def parse_plan(path: str | Path, *, check_engine_args: bool = True) -> Plan:
             raise PlanError(
                 f"{path}: max_tokens {settings['max_tokens']!r} is not an integer"
             ) from None
+    ignore_eos = False
+    if "ignore_eos" in settings:
+        flag = settings["ignore_eos"].lower()
+        if flag not in ("yes", "no"):
+            raise PlanError(f"{path}: ignore_eos {settings['ignore_eos']!r} must be yes or no")
+        ignore_eos = flag == "yes"
+    output_lengths = settings.get("output_lengths")
+    if output_lengths is not None and not ignore_eos:
+        raise PlanError(
+            f"{path}: output_lengths needs `ignore_eos yes` (each output runs to its length "
+            "only when EOS is ignored): add that line"
+        )
     plan = Plan(
         path=path,
         text=text,
@@ -242,6 +267,8 @@ def parse_plan(path: str | Path, *, check_engine_args: bool = True) -> Plan:
         max_tokens=max_tokens,
         baseline=baseline,
         knobs=tuple(knobs),
+        ignore_eos=ignore_eos,
+        output_lengths=output_lengths,
     )
     if check_engine_args:
         validate_engine_args(plan)
@@ -302,6 +329,8 @@ class ConfigSpec:
             "engine_args": list(self.engine_args),
             "env": list(self.env),
             **({"sut": list(self.sut)} if self.sut else {}),  # older sweeps resume as before
+            **({"ignore_eos": True} if plan.ignore_eos else {}),
+            **({"output_lengths": plan.output_lengths} if plan.output_lengths else {}),
             "accuracy": accuracy,
         }
         return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
