@@ -541,12 +541,9 @@ def test_weights_free_output_settings_reach_every_run_and_the_signature(tmp_path
     assert cmd[cmd.index("--output-lengths") + 1] == "tok_output_len"
     # a sweep folder of another output setting is not resumed as this one
     plain = parse_plan(_plan(tmp_path, "knob seqs --engine-arg max_num_seqs=8\n"))
-    assert "--ignore-eos" not in child_run(
-        plain, make_config(plain, 1, "seqs", plain.knobs), tmp_path, "performance"
-    ).argv()
-    assert spec.signature(plan, False) != make_config(plain, 1, "seqs", plain.knobs).signature(
-        plain, False
-    )
+    plain_spec = make_config(plain, 1, "seqs", plain.knobs)
+    assert "--ignore-eos" not in child_run(plain, plain_spec, tmp_path, "performance").argv()
+    assert spec.signature(plan, False) != plain_spec.signature(plain, False)
 
 
 @pytest.mark.parametrize(
