@@ -285,7 +285,8 @@ def test_resume_skips_finished_repeats(tmp_path):
     assert again.calls == []
     assert {r.config: r.resumed for r in rows}["a"] == 2
     assert {r.config: r.noise_verdict for r in rows}["a"] == "worse"
-    # a changed plan is not "finished": that config runs again
+    # a changed plan is not "finished": that config runs again (the command refuses this
+    # before any run, test_resume_refuses_a_finished_repeat_of_other_settings_before_any_run)
     plan2 = parse_plan(
         _plan(tmp_path, plan.text.split("\n", 4)[4].replace("max_num_seqs=128", "max_num_seqs=256"))
     )
@@ -293,6 +294,88 @@ def test_resume_skips_finished_repeats(tmp_path):
     third = FakeRunner(tps, fail={"c"})
     Sweep(plan2, SweepOptions(output=tmp_path / "out", repeats=2, resume=True), runner=third).run()
     assert third.calls == ["a", "a"]
+
+
+def test_resume_refuses_a_finished_repeat_of_other_settings_before_any_run(tmp_path):
+    from harness.errors import UsageError
+    from harness.sweep.execute import check_resume, run_sweep
+    from harness.tracking import TrackingConfig
+
+    plan = _stack_plan(tmp_path)
+    out = tmp_path / "out"
+    tps = {(): 100.0, ("a",): 90.0, ("b",): 100.0, ("c",): 100.0, ("d",): 100.0}
+    Sweep(plan, SweepOptions(output=out, repeats=1), runner=FakeRunner(tps)).run()
+    body = plan.text.split("\n", 4)[4]
+    check_resume(plan, SweepOptions(output=out, resume=True))  # the same plan resumes
+    # cut to the configs that finished (the rest left alone): resumes
+    check_resume(
+        parse_plan(_plan(tmp_path, body.split("knob c")[0])), SweepOptions(output=out, resume=True)
+    )
+    # the same plan from another working directory: other absolute paths
+    (tmp_path / "elsewhere").mkdir()
+    moved = parse_plan(_plan(tmp_path / "elsewhere", body))
+    runner = FakeRunner(tps)
+    with pytest.raises(UsageError) as err:
+        run_sweep(
+            moved.path,
+            SweepOptions(output=out, repeats=1, resume=True),
+            TrackingConfig(uri="", enabled=False),
+            runner=runner,
+        )
+    assert runner.calls == []  # refused before any repeat ran
+    msg = str(err.value)
+    assert "00_baseline/rep1 is a finished repeat of 00_baseline" in msg
+    assert f"model '{tmp_path}/model' (this plan: '{tmp_path}/elsewhere/model')" in msg
+    assert "pass a new --output" in msg
+    assert (out / "00_baseline" / "rep1" / "repeat.json").is_file()  # nothing touched
+    # a knob of another value: its folder is not this config's
+    changed = parse_plan(_plan(tmp_path, body.replace("max_num_seqs=128", "max_num_seqs=256")))
+    with pytest.raises(UsageError, match=r"of 01_a run with other settings \(its engine arguments"):
+        check_resume(changed, SweepOptions(output=out, resume=True))
+
+
+def test_resume_of_a_stacked_sweep_knows_every_stack_it_may_have_kept(tmp_path):
+    from harness.sweep.execute import check_resume
+
+    plan = _stack_plan(tmp_path)
+    out = tmp_path / "out"
+    runner = FakeRunner(
+        {(): 100.0, ("a",): 120.0, ("a", "b"): 121.0, ("a", "c"): 100.0, ("a", "d"): 130.0}
+    )
+    opts = SweepOptions(kind="stacked", output=out, repeats=1, resume=True)
+    assert Sweep(plan, opts, runner=runner).final_stack is None
+    Sweep(plan, opts, runner=runner).run()
+    check_resume(plan, opts)  # +d ran on top of a: a stack the check must know
+    with pytest.raises(Exception, match="finished repeat of 00_baseline"):
+        check_resume(plan, SweepOptions(kind="stacked", output=out, accuracy=True, resume=True))
+
+
+def test_an_interrupted_sweep_reports_the_configs_that_finished(tmp_path):
+    from harness.sweep.execute import run_sweep
+    from harness.tracking import TrackingConfig
+
+    plan = _stack_plan(tmp_path)
+    out = tmp_path / "out"
+
+    class Interrupted(FakeRunner):
+        def __call__(self, plan, spec, out, mode, timeout):
+            if "b" in spec.knobs:
+                raise KeyboardInterrupt  # Ctrl-C or SIGTERM during b's run
+            return super().__call__(plan, spec, out, mode, timeout)
+
+    runner = Interrupted({(): 100.0, ("a",): 90.0})
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(
+            plan.path,
+            SweepOptions(output=out, repeats=2),
+            TrackingConfig(uri="", enabled=False),
+            runner=runner,
+        )
+    md = (out / "sweep.md").read_text()
+    assert "**Interrupted** (not run: b, c, d)" in md
+    assert "| baseline |" in md and "| a |" in md and "| b |" not in md
+    with open(out / "sweep.csv") as fh:
+        assert [r["config"] for r in csv.DictReader(fh)] == ["baseline", "a"]
 
 
 # --------------------------------------------------------------------------- knob semantics

@@ -44,7 +44,8 @@ def add_sweep_arguments(p: Any) -> None:
     p.add_argument(
         "--resume",
         action="store_true",
-        help="continue a sweep in --output: finished repeats are not run again",
+        help="continue a sweep in --output: finished repeats are not run again (one that ran "
+        "with other settings, such as another model path, is refused, not overwritten)",
     )
     p.add_argument(
         "--keep-all", action="store_true", help="stacked: keep every knob that ran, helped or not"

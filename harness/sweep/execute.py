@@ -36,6 +36,7 @@ Rules (also printed under the table):
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import os
 import statistics
@@ -59,6 +60,7 @@ from harness.sweep.plan import (
     Plan,
     make_config,
     parse_plan,
+    plan_settings,
 )
 from harness.sweep.report import ConfigRow, figure_note, write_reports
 from harness.sweep.stats import RepeatOutcome, confounding, no_op, noise_verdict, rel_spread
@@ -238,6 +240,7 @@ class Sweep:
         print(f"sweep: {spec.name} repeat {i + 1}/{self.opt.repeats} ({mode}) -> {out}", flush=True)
         outcome = self.runner(self.plan, spec, out, mode, self.opt.config_timeout_s)
         outcome.signature = sig
+        outcome.settings = plan_settings(self.plan, self.opt.accuracy)
         (out / REPEAT_FILE).write_text(json.dumps(asdict(outcome), indent=2, default=str) + "\n")
         return outcome, False
 
@@ -485,11 +488,72 @@ class _ConfigFailed(Exception):
     """Raised inside a config's child run so MLflow ends it FAILED; caught by the sweep."""
 
 
+# --------------------------------------------------------------------------- resume
+
+
+def _expected_signatures(plan: Plan, options: SweepOptions) -> dict[str, set[str]]:
+    """Config folder -> the signatures its repeats carry under this plan (stacked: with any
+    set of the earlier knobs kept, since what was kept depends on the runs)."""
+    specs = [make_config(plan, 0, "baseline", [])]
+    for i, knob in enumerate(plan.knobs, start=1):
+        if options.kind == "isolation":
+            specs.append(make_config(plan, i, knob.name, [knob]))
+            continue
+        earlier = plan.knobs[: i - 1]
+        for n in range(len(earlier) + 1):
+            for kept in itertools.combinations(earlier, n):
+                specs.append(make_config(plan, i, "+" + knob.name, [*kept, knob]))
+    expected: dict[str, set[str]] = {}
+    for spec in specs:
+        expected.setdefault(spec.dirname, set()).add(spec.signature(plan, options.accuracy))
+    return expected
+
+
+def check_resume(plan: Plan, options: SweepOptions) -> None:
+    """Before any engine starts: every finished repeat of a config this plan holds ran under
+    this plan's settings. One that did not would be run again over its own files (the same
+    plan from another working directory names other absolute paths, for one), so it is
+    refused with the settings that differ. Folders of configs the plan does not hold (a plan
+    cut to the configs that finished) are left alone."""
+    expected = _expected_signatures(plan, options)
+    current = plan_settings(plan, options.accuracy)
+    for path in sorted(options.output.glob(f"*/rep*/{REPEAT_FILE}")):
+        config = path.parent.parent.name
+        if config not in expected:
+            continue
+        try:
+            stored = json.loads(path.read_text())
+        except ValueError:
+            continue  # unreadable: the repeat runs again, as one that never finished
+        if str(stored.get("signature", "")).partition("/")[0] in expected[config]:
+            continue
+        ran = stored.get("settings") or {}
+        keys = sorted(set(ran) | set(current)) if ran else []
+        diff = [
+            f"{k} {ran.get(k)!r} (this plan: {current.get(k)!r})"
+            for k in keys
+            if ran.get(k) != current.get(k)
+        ]
+        what = "; ".join(diff) or "its engine arguments, environment or SUT options"
+        raise UsageError(
+            f"--resume: {path.parent} is a finished repeat of {config} run with other "
+            f"settings ({what}); resuming would run it again over its files. Resume with the "
+            "plan and paths it ran with, from the working directory it ran in (relative paths "
+            "are taken from there), or pass a new --output"
+        )
+
+
 # --------------------------------------------------------------------------- entry point
 
 
-def run_sweep(plan_path: str | Path, options: SweepOptions, tracking_cfg: Any) -> Sweep:
-    """Validate everything, then run the sweep under one MLflow parent run."""
+def run_sweep(
+    plan_path: str | Path,
+    options: SweepOptions,
+    tracking_cfg: Any,
+    runner: RepeatRunner | None = None,
+) -> Sweep:
+    """Validate everything, then run the sweep under one MLflow parent run. `runner`: one
+    repeat (default: an `mlperf-vllm run` child)."""
     from harness import tracking
 
     if options.kind not in KINDS:
@@ -504,6 +568,8 @@ def run_sweep(plan_path: str | Path, options: SweepOptions, tracking_cfg: Any) -
         raise UsageError(
             f"{out} already holds a sweep: pass --resume to continue it or a new --output"
         )
+    if options.resume:
+        check_resume(plan, options)
     out.mkdir(parents=True, exist_ok=True)
     tracking.check_reachable(tracking_cfg)  # before any engine starts
     meta = {
@@ -533,8 +599,20 @@ def run_sweep(plan_path: str | Path, options: SweepOptions, tracking_cfg: Any) -
         output_dir=out,
     ) as parent:
         meta["mlflow_parent_run_id"] = parent.run_id
-        sweep = Sweep(plan, options, parent)
-        sweep.run()
+        sweep = Sweep(plan, options, parent, runner=runner)
+        try:
+            sweep.run()
+        except KeyboardInterrupt:
+            # Ctrl-C or SIGTERM (the running repeat's engine is already ended): the configs
+            # that finished keep their report, and it says what did not run
+            done = {r.config for r in sweep.rows}
+            names = ["baseline", *(k.name for k in plan.knobs)]
+            left = [c for c in names if c not in done and "+" + c not in done]
+            meta["interrupted"] = "not run: " + ", ".join(left)
+            if sweep.rows:
+                write_reports(out, options.kind, plan, sweep.rows, meta, sweep.final_stack)
+                print(f"sweep: interrupted; report of the finished configs: {out / 'sweep.md'}")
+            raise
         write_reports(out, options.kind, plan, sweep.rows, meta, sweep.final_stack)
         rows = sweep.rows
         parent.log_metrics(

@@ -320,20 +320,28 @@ class ConfigSpec:
 
     def signature(self, plan: Plan, accuracy: bool) -> str:
         doc = {
-            "benchmark": plan.benchmark,
-            "scenario": plan.scenario,
-            "model": str(plan.model),
-            "dataset": str(plan.dataset),
-            "user_conf": str(plan.user_conf),
-            "max_tokens": plan.max_tokens,
+            **plan_settings(plan, accuracy),
             "engine_args": list(self.engine_args),
             "env": list(self.env),
             **({"sut": list(self.sut)} if self.sut else {}),  # older sweeps resume as before
-            **({"ignore_eos": True} if plan.ignore_eos else {}),
-            **({"output_lengths": plan.output_lengths} if plan.output_lengths else {}),
-            "accuracy": accuracy,
         }
         return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def plan_settings(plan: Plan, accuracy: bool) -> dict[str, object]:
+    """What every config of a sweep shares, as its repeats' signatures take it (a finished
+    repeat keeps it, so a `--resume` of other settings can say which one differs)."""
+    return {
+        "benchmark": plan.benchmark,
+        "scenario": plan.scenario,
+        "model": str(plan.model),
+        "dataset": str(plan.dataset),
+        "user_conf": str(plan.user_conf),
+        "max_tokens": plan.max_tokens,
+        **({"ignore_eos": True} if plan.ignore_eos else {}),
+        **({"output_lengths": plan.output_lengths} if plan.output_lengths else {}),
+        "accuracy": accuracy,
+    }
 
 
 def make_config(plan: Plan, index: int, name: str, knobs: Sequence[Knob]) -> ConfigSpec:

@@ -246,6 +246,11 @@ def write_reports(
         extra = f"\nFinal stack: {' + '.join(final_stack or []) or '(baseline)'}\n"
     note = figure_note(plan.scenario)
     head = f"{note}\n" if note else ""
+    if meta.get("interrupted"):
+        head += (
+            f"**Interrupted** ({meta['interrupted']}): the rows below are the configs that "
+            "finished.\n\n"
+        )
     md = f"# {title}\n\n{head}{table}{extra}\n{RULES}"
     files.write_text(paths["sweep.md"], md)
     files.write_text(paths["summary.txt"], md)

@@ -26,6 +26,8 @@ class RepeatOutcome:
     output: str = ""
     wall_s: float = 0.0
     signature: str = ""
+    # the sweep's shared settings it ran under (plan.plan_settings); None in older sweeps
+    settings: dict[str, Any] | None = None
 
 
 # --------------------------------------------------------------------------- verdicts
