@@ -10,6 +10,8 @@
 #                          (default 24,576: the submission's query) through `mlperf-vllm run`
 #   bench/gpu.sh sweep-70b [sweep args]  `mlperf-vllm sweep` of the 70B's Offline plan on one GPU
 #                          (scripts/plans/llama2_70b_offline_h200.txt), N70 samples (default 1,000)
+#   bench/gpu.sh calibrate-70b SCENARIO [calibrate args]  llama2-70b's Server or Interactive
+#                          target by `calibrate --confirm` on OpenOrca's length profile, one GPU
 #   bench/gpu.sh tp2-70b   (2 GPUs) Llama-2-70B FP8, TP 2, via `mlperf-vllm run`
 #   bench/gpu.sh tp8-405b  (8 GPUs) Llama-3.1-405B FP8, TP 8, the benchmark's length profile
 #                          (bench/models/llama31_405b_dummy: 126 layers, hidden 16384, 128/8 heads)
@@ -35,7 +37,7 @@
 #                          the confirmation alone, WARMUP=N to its warm-up (the bench has its own)
 #   bench/gpu.sh detach PART [args]   start a part in its own session (outlives the call; the
 #                          machine must stay held), output under $HOME/gpu-job; `collect` (WAIT=S
-#                          first) prints its progress and copies its files to $OUT
+#                          first) prints its progress and copies its files to $OUT (a folder as one .tgz)
 #   bench/gpu.sh real-small PART [args]  bench/real_small.sh's parts (the real small model:
 #                          accuracy, EOS, FP8, TEST06), e.g. `detach real-small serve Server 300`
 #   bench/gpu.sh all       offline + server
@@ -92,7 +94,7 @@ cli_calibrate() {  # scenario, run args...
   pick_dataset "$MODEL" 870
   python3 -m harness.cli calibrate --benchmark "$BENCHMARK" --scenario "$scenario" \
     --model "$MODEL" --dataset "$DATA" --output "$work/calibrate_$scenario" --confirm \
-    --measure-samples 2000 --trial-s "${TRIAL_S:-60}" --ignore-eos --max-tokens "$MAXTOK" \
+    --measure-samples "${MEASURE:-2000}" --trial-s "${TRIAL_S:-60}" --ignore-eos --max-tokens "$MAXTOK" \
     "${LENGTHS[@]}" "${DUMMY[@]}" "$@" 2>&1 | grep --line-buffered -E "calibrate|error|Error" | tee "$OUT/calibrate_$scenario.log"
   cp "$work/calibrate_$scenario/user.conf" "$OUT/calibrate_$scenario.conf" 2>/dev/null
   local d; for d in "$work/calibrate_$scenario"/confirm-*/; do
@@ -263,10 +265,13 @@ case "${1:-all}" in
       "${FP8[@]}" --tensor-parallel-size 8 --engine-arg max_model_len=8192 ;;
   offline-70b)  # one GPU: Llama-2-70B FP8 + FP8 KV on OpenOrca's length profile (inputs mean 308,
     # outputs mean 294.45 up to 1,024: bench/profile_dataset.py), N70 samples (default the
-    # submission's 24,576) in one query; engine flags $STACK and any given; MODEL70 for CPU dry runs
+    # submission's 24,576) in one query; engine flags $STACK and any given; MODEL70 for CPU dry runs;
+    # max_model_len 2,048 (1,024 in + 1,024 out) as in the sweep. A 600 s run of the rules' length
+    # but not its query size: MIN_MS=600000 N70=<1.1 x 600 x samples/s>
     shift; n=${N70:-24576}
     BENCHMARK=llama2-70b PROFILE=openorca SAMPLES=$n cli_offline "70b_fp8_${TAG}$n" \
-      "${MODEL70:-.gpu-stage/bin/llama2_70b_dummy}" 0 1024 "${FP8[@]}" "${STACK_ARGS[@]}" "$@" ;;
+      "${MODEL70:-.gpu-stage/bin/llama2_70b_dummy}" 0 1024 "${FP8[@]}" \
+      --engine-arg max_model_len=2048 "${STACK_ARGS[@]}" "$@" ;;
   sweep-70b)  # one GPU: `mlperf-vllm sweep` of scripts/plans/llama2_70b_offline_h200.txt (PLAN70
     # another plan; KIND isolation|stacked; REPEATS) on N70 samples (default 1,000) of OpenOrca's
     # length profile, one query each, no min duration; the sweep folder goes to $OUT/sweep_70b.
@@ -287,6 +292,13 @@ case "${1:-all}" in
       --config-timeout "${CONFIG_S:-900}" "$@" 2>&1 \
       | grep --line-buffered -v -E "^(\((EngineCore|Worker|MainProcess)|INFO|DEBUG|WARNING)" \
       | tee "$OUT/sweep_70b.log" ;;
+  calibrate-70b)  # one GPU: `calibrate --confirm` of llama2-70b in SCENARIO (Server|Interactive) on
+    # OpenOrca's length profile (N70 samples, default 2,000; MEASURE of them for the Offline
+    # bound), FP8 + FP8 KV, max_model_len 2,048, engine flags $STACK and any given
+    shift; sc=${1:?scenario: Server or Interactive}; shift
+    BENCHMARK=llama2-70b MODEL=${MODEL70:-.gpu-stage/bin/llama2_70b_dummy} PROFILE=openorca \
+      MAXTOK=1024 SAMPLES=${N70:-2000} cli_calibrate "$sc" "${FP8[@]}" \
+      --engine-arg max_model_len=2048 "${STACK_ARGS[@]}" "$@" ;;
   tp2-70b)   # 2 GPUs: Llama-2-70B FP8 + FP8 KV, TP 2; OpenOrca-like input, its mean output length
     BENCHMARK=llama2-70b cli_offline 70b_fp8_tp2 .gpu-stage/bin/llama2_70b_dummy 300 294 "${FP8[@]}" \
       --tensor-parallel-size 2 ;;
@@ -318,12 +330,18 @@ case "${1:-all}" in
   collect)
     job=$HOME/gpu-job; sleep "${WAIT:-0}"
     grep -v -E "^(\((EngineCore|Worker|MainProcess)|INFO|DEBUG|WARNING)" "$job/job.log" | tail -n 60
-    cp -r "$job"/out/* "$OUT/" 2>/dev/null
+    # files as they are; a folder (a sweep's) as one .tgz: the device returns no deep folders
+    for f in "$job"/out/*; do
+      if [ -d "$f" ]; then
+        tar czf "$OUT/$(basename "$f").tgz" -C "$job/out" --exclude=mlperf_log_trace.json \
+          --exclude=.mlperf-vllm.lock "$(basename "$f")"
+      else cp "$f" "$OUT/" 2>/dev/null; fi
+    done
     if [ -f "$job/done" ]; then echo "job: finished, $(cat "$job/done")"; else echo "job: running"; fi ;;
   probe) probe ;;
   tune) shift; tune "$@" ;;
   full) shift; name=$1; shift; SAMPLES=13368 cli_offline "full_$name" "$MODEL" 870 128 "$@" ;;
   all) offline bf16; offline fp8 "${FP8[@]}"; server fp8 "${FP8[@]}" "${STACK_ARGS[@]}" ;;
-  *) echo "usage: $0 {offline|offline-bf16|offline-fp8|offline-full|offline-2k|offline-70b|sweep-70b|server|interactive|calibrate-server|calibrate-interactive|scale-8b|tp2-70b|tp8-405b|probe|tune|full|all}" >&2
+  *) echo "usage: $0 {offline|offline-bf16|offline-fp8|offline-full|offline-2k|offline-70b|sweep-70b|calibrate-70b|server|interactive|calibrate-server|calibrate-interactive|scale-8b|tp2-70b|tp8-405b|probe|tune|full|all}" >&2
      exit 2 ;;
 esac
