@@ -376,6 +376,17 @@ def test_an_interrupted_sweep_reports_the_configs_that_finished(tmp_path):
     assert "| baseline |" in md and "| a |" in md and "| b |" not in md
     with open(out / "sweep.csv") as fh:
         assert [r["config"] for r in csv.DictReader(fh)] == ["baseline", "a"]
+    # stacked: the report says what the stack held when it stopped, not a final stack
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(
+            plan.path,
+            SweepOptions(kind="stacked", output=tmp_path / "stacked", repeats=1),
+            TrackingConfig(uri="", enabled=False),
+            runner=Interrupted({(): 100.0, ("a",): 120.0}),
+        )
+    md = (tmp_path / "stacked" / "sweep.md").read_text()
+    assert "**Interrupted** (not run: b, c, d)" in md
+    assert "Stack when interrupted: a\n" in md and "Final stack" not in md
 
 
 # --------------------------------------------------------------------------- knob semantics

@@ -481,7 +481,7 @@ class Sweep:
                 stack.append(knob)
                 current = row
             self.rows.append(row)
-        self.final_stack = [k.name for k in stack]
+            self.final_stack = [k.name for k in stack]  # so far, if the sweep is stopped
 
 
 class _ConfigFailed(Exception):

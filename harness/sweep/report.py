@@ -243,7 +243,8 @@ def write_reports(
     title = f"{kind} sweep: {plan.path.name}"
     extra = ""
     if kind == "stacked":
-        extra = f"\nFinal stack: {' + '.join(final_stack or []) or '(baseline)'}\n"
+        label = "Stack when interrupted" if meta.get("interrupted") else "Final stack"
+        extra = f"\n{label}: {' + '.join(final_stack or []) or '(baseline)'}\n"
     note = figure_note(plan.scenario)
     head = f"{note}\n" if note else ""
     if meta.get("interrupted"):
