@@ -580,12 +580,7 @@ def run_sweep(
         "keep_all": options.keep_all,
         "noise_floor": options.noise_floor,
         "price_per_hour": options.price_per_hour,
-        "benchmark": plan.benchmark,
-        "scenario": plan.scenario,
-        "model": str(plan.model),
-        "dataset": str(plan.dataset),
-        "user_conf": str(plan.user_conf),
-        "max_tokens": plan.max_tokens,
+        **plan_settings(plan, options.accuracy),
         "baseline": plan.baseline.describe(),
         "knobs": {k.name: k.change.describe() for k in plan.knobs},
     }
