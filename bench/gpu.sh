@@ -146,16 +146,20 @@ cli_offline() {  # name, model, mean input length, max tokens, run args...
   local work=${TMPDIR:-/tmp}/gpu-bench; mkdir -p "$work"
   local conf="$work/offline_all.conf"
   pick_dataset "$model" "$mean"  # with $PROFILE: the benchmark's output lengths, not $maxtok each
-  # One query of the whole set, each prompt once; no min duration (throughput study, not a
-  # submission run) unless MIN_MS sets one (a 600 s run shorter than the rules' query).
-  printf '*.Offline.min_duration = %s\n*.Offline.min_query_count = %s\n*.Offline.target_qps = 1\n' \
-    "${MIN_MS:-0}" "$SAMPLES" > "$conf"
+  offline_conf "$SAMPLES" > "$conf"
   python3 -m harness.cli run --benchmark "$BENCHMARK" --scenario Offline --mode performance \
     --model "$model" --dataset "$DATA" --output "$work/run_$name" --user-conf "$conf" \
     --no-mlflow --no-progress --ignore-eos --max-tokens "$maxtok" "${LENGTHS[@]}" "${DUMMY[@]}" \
     "${SUT_OPTS[@]}" "$@" 2>&1 | grep -E "validity|tokens/s|samples|duration|warm-up|cost|error|Error" \
     | sed "s/^/[$name] /" \
     | tee "$OUT/run_$name.log"
+}
+
+# One Offline query of the whole set, each prompt once; no min duration (throughput study, not a
+# submission run) unless MIN_MS sets one (a 600 s run shorter than the rules' query).
+offline_conf() {  # samples -> a user.conf on stdout
+  printf '*.Offline.min_duration = %s\n*.Offline.min_query_count = %s\n*.Offline.target_qps = 1\n' \
+    "${MIN_MS:-0}" "$1"
 }
 
 tune() {  # name, KEY=VALUE engine args...
@@ -284,9 +288,7 @@ case "${1:-all}" in
       echo "baseline --engine-arg enforce_eager=true" >> "$work/plan70.txt"; plan=$work/plan70.txt
     fi
     SAMPLES=$n PROFILE=openorca pick_dataset "$model" 0
-    conf="$work/sweep70.conf"
-    printf '*.Offline.min_duration = 0\n*.Offline.min_query_count = %s\n*.Offline.target_qps = 1\n' \
-      "$n" > "$conf"
+    conf="$work/sweep70.conf"; offline_conf "$n" > "$conf"
     MODEL=$model DATASET=$DATA USER_CONF=$conf python3 -m harness.cli sweep "$plan" \
       --kind "${KIND:-isolation}" --repeats "$REPEATS" --no-mlflow --output "$OUT/sweep_70b" \
       --config-timeout "${CONFIG_S:-900}" "$@" 2>&1 \
