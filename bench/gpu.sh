@@ -101,8 +101,9 @@ cli_calibrate() {  # scenario, run args...
     [ -d "$d" ] && keep_run "$d" "confirm_${scenario}_$(basename "$d")"; done
 }
 
-keep_run() {  # run folder, tag: its LoadGen summary, picture and result.json to $OUT/TAG_*
+keep_run() {  # run folder, tag: its LoadGen summary and detail log, picture and result.json to $OUT/TAG_*
   cp "$1/performance/mlperf_log_summary.txt" "$OUT/$2_summary.txt" 2>/dev/null
+  cp "$1/performance/mlperf_log_detail.txt" "$OUT/$2_detail.txt" 2>/dev/null
   cp "$1/timeline.png" "$OUT/$2_timeline.png" 2>/dev/null
   cp "$1/result.json" "$OUT/$2_result.json" 2>/dev/null
 }
@@ -153,6 +154,7 @@ cli_offline() {  # name, model, mean input length, max tokens, run args...
     "${SUT_OPTS[@]}" "$@" 2>&1 | grep -E "validity|tokens/s|samples|duration|warm-up|cost|error|Error" \
     | sed "s/^/[$name] /" \
     | tee "$OUT/run_$name.log"
+  keep_run "$work/run_$name" "run_$name"
 }
 
 # One Offline query of the whole set, each prompt once; no min duration (throughput study, not a
