@@ -143,16 +143,29 @@ def test_server_latency_limits_and_default_qps():
 
 
 def test_server_too_few_queries_for_early_stopping():
-    """A slow system's 600 s Server run (a 405B at 0.7 QPS) issues 420 queries: LoadGen cannot
-    certify a p99 from so few (459 with none over the limit), so the run is INVALID however
-    fast the engine; min_query_count 662 fixes it, and so does a target that issues enough."""
-    slow = compliant_server(server_target_qps=0.7)
+    """A slow system's 600 s Server run (a 405B at 0.7 QPS) without equal issue issues 420
+    queries: LoadGen cannot certify a p99 from so few (459 with none over the limit), so the
+    run is INVALID however fast the engine; min_query_count 662 fixes it, and so does a target
+    that issues enough."""
+    slow = compliant_server(server_target_qps=0.7, sample_concatenate_permutation=False)
     found = check(slow, BENCH, "Server", facts())
-    assert rules(found) == {"early_stopping"} and found[0].fatal
+    assert rules(found) == {"early_stopping", "equal_issue"} and all(f.fatal for f in found)
     line = refusal_line(found)
     assert "about 420 queries" in line and "459" in line and "min_query_count = 662" in line
-    assert check(replace(slow, min_query_count=662), BENCH, "Server", facts()) == []
-    assert check(replace(slow, server_target_qps=0.77), BENCH, "Server", facts()) == []
+    fixed = {"equal_issue"}
+    assert rules(check(replace(slow, min_query_count=662), BENCH, "Server", facts())) == fixed
+    assert rules(check(replace(slow, server_target_qps=0.77), BENCH, "Server", facts())) == fixed
+
+
+def test_equal_issue_pads_server_queries_to_whole_passes():
+    """With equal issue (the Llama benchmarks' mlperf.conf) LoadGen issues whole passes over
+    the loaded samples: 0.7 QPS over 13,368 samples issues 13,368 queries (5.3 hours), enough
+    for early stopping; over a 300-sample smoke set, 600 s at 0.7 QPS is 2 passes."""
+    slow = compliant_server(server_target_qps=0.7)
+    assert slow.server_queries == 13368
+    assert "early_stopping" not in rules(check(slow, BENCH, "Server", facts()))
+    assert replace(slow, loaded_samples=300).server_queries == 600
+    assert replace(slow, server_target_qps=49.245, loaded_samples=2000).server_queries == 30000
 
 
 def test_several_problems_one_line_and_warning_line():
@@ -201,8 +214,9 @@ def _effective(conf: Path, model: str, scenario: str) -> EffectiveSettings:
 
 def test_effective_values_come_from_loadgen(tmp_path):
     """The reference's own user.conf for 8B: Offline passes nothing but the uncalibrated QPS,
-    Server is refused for its 120 s min_duration and for the 60 queries that 0.5 QPS issues in
-    it (too few for LoadGen's early stopping)."""
+    Server is refused for its 120 s min_duration. Its 0.5 QPS would issue 60 queries in 120 s,
+    too few for early stopping, but equal issue pads the run to a whole pass over the 13,368
+    samples: 7.4 hours."""
     ref = tmp_path / "reference_user.conf"
     ref.write_text(
         "*.Offline.min_duration = 600000\n"
@@ -215,7 +229,8 @@ def test_effective_values_come_from_loadgen(tmp_path):
     assert rules(check(off, BENCH, "Offline", f)) == {"offline_expected_qps"}
     srv = _effective(ref, "llama3_1-8b", "Server")
     assert srv.ttft_latency_ms == 2000.0 and srv.server_target_qps == 0.5
-    assert rules(check(srv, BENCH, "Server", f)) == {"min_duration", "early_stopping"}
+    assert srv.sample_concatenate_permutation and srv.server_queries == 13368
+    assert rules(check(srv, BENCH, "Server", f)) == {"min_duration"}
 
     # LoadGen reads the seeds from mlperf.conf only: a user.conf seed line is ignored, so the
     # seeds rule guards settings changed in code (pure tests above), not user.confs.

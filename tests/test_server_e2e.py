@@ -92,6 +92,10 @@ def test_server_run_is_valid_with_many_queries_in_flight(server_run):
     assert stats["peak_engine_in_flight"] >= 4, stats
     queries = _detail(out / "performance")["result_query_count"]
     assert stats["issued"] == stats["completed"] == queries >= 500
+    # The plan the run printed before the engine started is what LoadGen generated.
+    plan = result["issue_plan"]
+    assert plan["queries"] == _detail(out / "performance")["generated_query_count"], plan
+    assert f"LoadGen will issue about {plan['queries']:,} queries" in proc.stdout
     # The warm-up ran to the end before the test and left no trace in the test's records:
     # the SUT's counts above are LoadGen's queries alone, and so is the timeline.
     assert "engine line llama3_1-8b.Server from" in proc.stdout

@@ -52,6 +52,7 @@ _OPTIONAL = frozenset(
         "round",
         "preflight",
         "not_compliant",
+        "issue_plan",
         "engine_start_s",
         "engine_resolved",
         "engine_resolved_args",
@@ -97,6 +98,9 @@ class RunResult:
     round: str | None = None
     preflight: list[str] | None = None
     not_compliant: list[str] | None = None
+    # what LoadGen's performance test will issue (harness.run.settings.IssuePlan), known before
+    # the engine starts
+    issue_plan: dict[str, Any] | None = None
     # once the engine started
     engine_start_s: float | None = None
     engine_resolved: dict[str, Any] | None = None

@@ -52,6 +52,7 @@ from harness.run.settings import (
     build_log_settings,
     build_test_settings,
     cap_performance_sample_count,
+    issue_plan,
     set_mode,
 )
 from harness.run.timeline import record_timeline
@@ -398,6 +399,12 @@ def _run_tests(
     if capped:
         result.warnings.append(capped)
         print(f"warning: {capped}", flush=True)
+    if "performance" in req.modes():
+        loaded = settings.performance_sample_count_override or prep.bench.performance_sample_count
+        plan = issue_plan(settings, min(loaded, prep.dataset.size))
+        if plan is not None:
+            result.issue_plan = plan.to_dict()
+            print(plan.line(), flush=True)
     audit = audit_path_for(out, req.audit_config)
 
     qsl = TokenQSL(prep.dataset.prompts, settings.performance_sample_count_override or None)

@@ -83,6 +83,80 @@ def cap_performance_sample_count(settings, dataset_size: int, preset_count: int)
     return None
 
 
+OFFLINE_SLACK = 1.1  # LoadGen sizes the Offline query as max(min_query_count, 1.1 x T x qps)
+
+
+@dataclass(frozen=True)
+class IssuePlan:
+    """What a performance test's LoadGen will issue, worked out before the engine starts the
+    way LoadGen's GenerateQueries does it. With `sample_concatenate_permutation` (equal issue,
+    on for the Llama benchmarks) a Server run's query count and the Offline query are padded
+    to whole passes over the loaded samples, so a run can last well past min_duration: 6,000
+    queries (784 s) for a 600 s Server run at 7.649 QPS over 2,000 loaded samples."""
+
+    scenario: str  # LoadGen's: Offline or Server
+    queries: int  # Server: queries LoadGen generates (about: arrivals are random); Offline: 1
+    samples: int  # samples over all queries
+    loaded: int  # samples in the performance set
+    passes: int | None  # whole passes over the loaded samples (equal issue), else None
+    qps: float  # Server target / Offline expected QPS
+    seconds: float  # Server: scheduled length of the test; Offline: at the expected QPS
+
+    def line(self) -> str:
+        over = (
+            f" ({self.passes} passes over {self.loaded:,} loaded samples: equal issue)"
+            if self.passes
+            else ""
+        )
+        if self.scenario == "Server":
+            return (
+                f"LoadGen will issue about {self.queries:,} queries at {self.qps:g} QPS{over}: "
+                f"about {self.seconds:,.0f} s"
+            )
+        return (
+            f"LoadGen will issue one query of {self.samples:,} samples{over}: about "
+            f"{self.seconds:,.0f} s at offline_expected_qps {self.qps:g}"
+        )
+
+    def to_dict(self) -> dict:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+def issue_plan(settings, loaded: int) -> IssuePlan | None:
+    """The IssuePlan of a performance test with these settings over `loaded` samples (the
+    performance sample count after any cap), whatever mode the settings are in now; None for
+    scenarios it does not model (SingleStream)."""
+    import math
+
+    import mlperf_loadgen as lg
+
+    if loaded <= 0:
+        return None
+    seconds = settings.min_duration_ms / 1000.0
+    equal = bool(settings.sample_concatenate_permutation)
+    min_queries = int(settings.min_query_count)
+    if settings.scenario == lg.TestScenario.Offline:
+        qps = float(settings.offline_expected_qps)
+        spq = max(min_queries, int(OFFLINE_SLACK * seconds * qps))
+        passes = None
+        if equal:
+            passes = math.ceil(spq / loaded)
+            spq = passes * loaded
+        return IssuePlan("Offline", 1, spq, loaded, passes, qps, spq / qps if qps else 0.0)
+    if settings.scenario != lg.TestScenario.Server:
+        return None
+    qps = float(settings.server_target_qps)
+    # queries until the last one is scheduled at or past min_duration
+    by_time = math.floor(qps * seconds) + 1
+    if equal:
+        floor = math.ceil(max(min_queries, 1) / loaded) * loaded
+        queries = max(floor, math.ceil(by_time / loaded) * loaded)
+    else:
+        queries = max(min_queries, by_time)
+    passes = queries // loaded if equal else None
+    return IssuePlan("Server", queries, queries, loaded, passes, qps, queries / qps if qps else 0.0)
+
+
 def build_log_settings(outdir: Path, *, trace: bool = False):
     import mlperf_loadgen as lg
 

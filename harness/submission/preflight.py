@@ -21,7 +21,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -55,15 +55,30 @@ class EffectiveSettings:
     tpot_latency_ms: float | None = None
     use_token_latencies: bool = True
     sample_concatenate_permutation: bool = True
+    # the samples LoadGen loads: the performance sample count, capped to a smaller dataset
+    # (None: the performance sample count)
+    loaded_samples: int | None = None
+
+    def _whole_passes(self, n: int) -> int:
+        """n padded to whole passes over the performance set, as LoadGen does in equal issue
+        mode (sample_concatenate_permutation)."""
+        size = self.loaded_samples or self.performance_sample_count
+        if not self.sample_concatenate_permutation or size <= 0:
+            return n
+        return -(-max(n, 1) // size) * size
 
     @property
     def server_queries(self) -> int:
-        """About what a Server test issues: target x min_duration, at least min_query_count."""
-        return max(self.min_query_count, int(self.server_target_qps * self.min_duration_ms / 1000))
+        """About what a Server test issues: target x min_duration, at least min_query_count,
+        padded to whole passes in equal issue mode."""
+        by_time = int(self.server_target_qps * self.min_duration_ms / 1000)
+        return self._whole_passes(max(self.min_query_count, by_time))
 
     @property
     def offline_samples_per_query(self) -> int:
-        """What LoadGen will issue as the single Offline query."""
+        """The Offline query's size as the settings give it (LoadGen's
+        effective_samples_per_query). Equal issue then pads the query LoadGen generates to whole
+        passes, but the submission checker judges this value, so it is not padded here."""
         by_rate = int(OFFLINE_SLACK * self.min_duration_ms / 1000.0 * self.offline_expected_qps)
         return max(self.min_query_count, by_rate)
 
@@ -379,6 +394,8 @@ def settings_check(settings: Any, prep: Any) -> PreflightVerdict:
         round=choice.round,
     )
     eff = effective_settings(settings, req.scenario)
+    psc = eff.performance_sample_count or prep.bench.performance_sample_count
+    eff = replace(eff, loaded_samples=min(psc, prep.dataset.size))
     findings = check(eff, prep.bench, req.scenario, facts)
     blocking = fatal(findings)
     refused = bool(req.submission and blocking)
