@@ -12,6 +12,7 @@
 #                          (scripts/plans/llama2_70b_offline_h200.txt), N70 samples (default 1,000)
 #   bench/gpu.sh calibrate-70b SCENARIO [calibrate args]  llama2-70b's Server or Interactive
 #                          target by `calibrate --confirm` on OpenOrca's length profile, one GPU
+#   bench/gpu.sh confirm-70b SCENARIO TARGET [run args]  one 600 s run of llama2-70b at TARGET QPS
 #   bench/gpu.sh tp2-70b   (2 GPUs) Llama-2-70B FP8, TP 2, via `mlperf-vllm run`
 #   bench/gpu.sh tp8-405b  (8 GPUs) Llama-3.1-405B FP8, TP 8, the benchmark's length profile
 #                          (bench/models/llama31_405b_dummy: 126 layers, hidden 16384, 128/8 heads)
@@ -190,10 +191,14 @@ vs_raw() {  # scenario, engine args...
 }
 
 # One `mlperf-vllm run` at a fixed target for the conf's full min_duration (mlperf.conf: 600 s).
+# CONFIRM_N: the dataset's size. LoadGen pads a Server run to whole passes over it (equal
+# issue), so a 600 s run lasts ceil(600 x TARGET / N) x N / TARGET s: pick N to end near 600.
+# POLICY "-": no --prefill-policy (vLLM's own scheduler).
 cli_confirm() {  # scenario, target QPS, prefill policy, run args...
   local scenario=$1 target=$2 policy=$3; shift 3
   local work=${TMPDIR:-/tmp}/gpu-bench; mkdir -p "$work"
-  SAMPLES=2000 pick_dataset "$MODEL" "${MEAN:-870}"
+  local pol=(); [ "$policy" != - ] && pol=(--prefill-policy "$policy")
+  SAMPLES=${CONFIRM_N:-2000} pick_dataset "$MODEL" "${MEAN:-870}"
   local name=$BENCHMARK; [ "$scenario" = Interactive ] && name=$BENCHMARK-interactive
   local conf="$work/confirm_$scenario.conf" out="$work/confirm_${scenario}_$target"
   printf '%s.Server.target_qps = %s\n' "$name" "$target" > "$conf"
@@ -202,8 +207,8 @@ cli_confirm() {  # scenario, target QPS, prefill policy, run args...
   python3 -m harness.cli run --benchmark "$BENCHMARK" --scenario "$scenario" --mode performance \
     --model "$MODEL" --dataset "$DATA" --output "$out" --user-conf "$conf" --overwrite \
     --no-mlflow --no-progress --ignore-eos --max-tokens "$MAXTOK" "${LENGTHS[@]}" "${DUMMY[@]}" \
-    "${FP8[@]}" --prefill-policy "$policy" "${SUT_OPTS[@]}" "$@" 2>&1 | grep --line-buffered -v -E "^(\((EngineCore|Worker|MainProcess)|INFO|DEBUG)" \
-    | tee "$OUT/confirm_$scenario.log" | grep -E "validity|VALID|TTFT|TPOT|samples|kept|error|Error"
+    "${FP8[@]}" "${pol[@]}" "${SUT_OPTS[@]}" "$@" 2>&1 | grep --line-buffered -v -E "^(\((EngineCore|Worker|MainProcess)|INFO|DEBUG)" \
+    | tee "$OUT/confirm_$scenario.log" | grep -E "validity|VALID|TTFT|TPOT|samples|kept|LoadGen will|warm-up|error|Error"
   keep_run "$out" "confirm_$scenario"
 }
 
@@ -297,11 +302,21 @@ case "${1:-all}" in
       | grep --line-buffered -v -E "^(\((EngineCore|Worker|MainProcess)|INFO|DEBUG|WARNING)" \
       | tee "$OUT/sweep_70b.log" ;;
   calibrate-70b)  # one GPU: `calibrate --confirm` of llama2-70b in SCENARIO (Server|Interactive) on
-    # OpenOrca's length profile (N70 samples, default 2,000; MEASURE of them for the Offline
-    # bound), FP8 + FP8 KV, max_model_len 2,048, engine flags $STACK and any given
+    # OpenOrca's length profile (N70 samples, default 1,000: LoadGen pads the confirmation to
+    # whole passes over them; MEASURE of them for the Offline bound), FP8 + FP8 KV,
+    # max_model_len 2,048, engine flags $STACK and any given. Trials of TRIAL_S (default 240 s:
+    # a 70B sample takes 10-60 s near capacity, and a trial needs several in its steady part)
     shift; sc=${1:?scenario: Server or Interactive}; shift
     BENCHMARK=llama2-70b MODEL=${MODEL70:-.gpu-stage/bin/llama2_70b_dummy} PROFILE=openorca \
-      MAXTOK=1024 SAMPLES=${N70:-2000} cli_calibrate "$sc" "${FP8[@]}" \
+      MAXTOK=1024 SAMPLES=${N70:-1000} TRIAL_S=${TRIAL_S:-240} cli_calibrate "$sc" "${FP8[@]}" \
+      --engine-arg max_model_len=2048 "${STACK_ARGS[@]}" "$@" ;;
+  confirm-70b)  # one GPU: one 600 s `mlperf-vllm run` of llama2-70b in SCENARIO at TARGET QPS on
+    # OpenOrca's profile (N70 samples, default 1,000), FP8 + FP8 KV, max_model_len 2,048, engine
+    # flags $STACK and any given (--warmup-samples N: each warm-up sample runs to its length);
+    # POLICY a --prefill-policy (default "-": vLLM's own scheduler)
+    shift; sc=${1:?scenario: Server or Interactive}; tq=${2:?target QPS}; shift 2
+    BENCHMARK=llama2-70b MODEL=${MODEL70:-.gpu-stage/bin/llama2_70b_dummy} PROFILE=openorca \
+      MAXTOK=1024 CONFIRM_N=${N70:-1000} cli_confirm "$sc" "$tq" "${POLICY:--}" \
       --engine-arg max_model_len=2048 "${STACK_ARGS[@]}" "$@" ;;
   tp2-70b)   # 2 GPUs: Llama-2-70B FP8 + FP8 KV, TP 2; OpenOrca-like input, its mean output length
     BENCHMARK=llama2-70b cli_offline 70b_fp8_tp2 .gpu-stage/bin/llama2_70b_dummy 300 294 "${FP8[@]}" \
@@ -346,6 +361,6 @@ case "${1:-all}" in
   tune) shift; tune "$@" ;;
   full) shift; name=$1; shift; SAMPLES=13368 cli_offline "full_$name" "$MODEL" 870 128 "$@" ;;
   all) offline bf16; offline fp8 "${FP8[@]}"; server fp8 "${FP8[@]}" "${STACK_ARGS[@]}" ;;
-  *) echo "usage: $0 {offline|offline-bf16|offline-fp8|offline-full|offline-2k|offline-70b|sweep-70b|calibrate-70b|server|interactive|calibrate-server|calibrate-interactive|scale-8b|tp2-70b|tp8-405b|probe|tune|full|all}" >&2
+  *) echo "usage: $0 {offline|offline-bf16|offline-fp8|offline-full|offline-2k|offline-70b|sweep-70b|calibrate-70b|confirm-70b|server|interactive|calibrate-server|calibrate-interactive|scale-8b|tp2-70b|tp8-405b|probe|tune|full|all}" >&2
      exit 2 ;;
 esac
