@@ -89,15 +89,17 @@ server() {  # name, extra args... (engine flags as --engine-arg KEY=VALUE; RATES
 
 # `mlperf-vllm calibrate --confirm` on the random-prompt set: trials on one engine, then the
 # written target run for the conf's full min_duration (600 s), stepping down until one holds.
-cli_calibrate() {  # scenario, run args...
+cli_calibrate() {  # scenario, run args... (NO_CONFIRM=1: the trials alone, no 600 s run)
   local scenario=$1; shift
   local work=${TMPDIR:-/tmp}/gpu-bench; mkdir -p "$work"
+  local confirm=(--confirm); [ -n "${NO_CONFIRM:-}" ] && confirm=()
   pick_dataset "$MODEL" 870
   python3 -m harness.cli calibrate --benchmark "$BENCHMARK" --scenario "$scenario" \
-    --model "$MODEL" --dataset "$DATA" --output "$work/calibrate_$scenario" --confirm \
+    --model "$MODEL" --dataset "$DATA" --output "$work/calibrate_$scenario" "${confirm[@]}" \
     --measure-samples "${MEASURE:-2000}" --trial-s "${TRIAL_S:-60}" --ignore-eos --max-tokens "$MAXTOK" \
     "${LENGTHS[@]}" "${DUMMY[@]}" "$@" 2>&1 | grep --line-buffered -E "calibrate|error|Error" | tee "$OUT/calibrate_$scenario.log"
   cp "$work/calibrate_$scenario/user.conf" "$OUT/calibrate_$scenario.conf" 2>/dev/null
+  cp "$work/calibrate_$scenario/calibration.json" "$OUT/calibrate_$scenario.json" 2>/dev/null
   local d; for d in "$work/calibrate_$scenario"/confirm-*/; do
     [ -d "$d" ] && keep_run "$d" "confirm_${scenario}_$(basename "$d")"; done
 }
