@@ -95,6 +95,10 @@ class Benchmark:
     scenarios: tuple[str, ...]
     accuracy: AccuracySpec
     server_limits: LatencyLimits | None = None
+    # `calibrate`'s default seconds per Server trial: a trial must hold several sample
+    # latencies in its steady part to tell a queue that grows from one that fills (a 70B
+    # sample takes 10-60 s near capacity on one H200; 60 s trials left it "not judged")
+    calibrate_trial_s: float = 60.0
     # The preset whose accuracy run this is: interactive variants score as their base one.
     accuracy_preset: str = ""
     notes: str = ""
@@ -255,6 +259,7 @@ def _presets() -> dict[str, Benchmark]:
             "the OpenOrca pickle",
         ),
         server_limits=LatencyLimits(2000, 200),
+        calibrate_trial_s=240.0,
         accuracy_preset="llama2-70b",
     )
     llama3_405b = Benchmark(
@@ -282,6 +287,7 @@ def _presets() -> dict[str, Benchmark]:
             "the 405B dataset pickle",
         ),
         server_limits=LatencyLimits(6000, 175),
+        calibrate_trial_s=600.0,  # ~685 output tokens at up to 175 ms each
         accuracy_preset="llama3_1-405b",
     )
     presets = [

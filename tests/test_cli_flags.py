@@ -113,3 +113,28 @@ def test_a_field_without_a_flag_is_refused():
     args, _ = _parse("sweep", "plan.txt")
     with pytest.raises(TypeError, match="CalibrateRequest: no flag or value for .*margin"):
         request_from_flags(CalibrateRequest, args)
+
+
+def test_trial_length_defaults_to_the_benchmarks():
+    """Without --trial-s a Server trial lasts the benchmark's default: several of its sample
+    latencies (a 70B sample takes 10-60 s near capacity; 60 s trials could not judge it)."""
+    from harness.benchmarks import get_benchmark
+    from harness.submission.calibrate import trial_seconds
+
+    args, extra = _parse(
+        *("calibrate", "--benchmark", "llama2-70b", "--scenario", "Server"),
+        *("--model", "m", "--dataset", "d.json", "--output", "o"),
+    )
+    req = calibrate_request(args, extra)
+    assert req.trial_s is None
+    expected = {
+        "llama3_1-8b": 60.0,
+        "llama3_1-8b-interactive": 60.0,
+        "llama2-70b": 240.0,
+        "llama2-70b-interactive": 240.0,
+        "llama3_1-405b": 600.0,
+        "llama3_1-405b-interactive": 600.0,
+    }
+    for name, seconds in expected.items():
+        assert trial_seconds(req, get_benchmark(name)) == seconds, name
+    assert trial_seconds(dataclasses.replace(req, trial_s=5.0), get_benchmark("llama2-70b")) == 5.0

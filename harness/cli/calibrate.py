@@ -73,9 +73,10 @@ def add_parser(sub) -> None:
     cal.add_argument(
         "--trial-s",
         type=float,
-        default=60.0,
+        default=None,
         help="Server: seconds per trial; long enough for a queue above capacity to show "
-        "(several sample latencies)",
+        "(several sample latencies; default: the benchmark's, 60 for the 8B, 240 for the "
+        "70B, 600 for the 405B)",
     )
     cal.add_argument(
         "--trial-queries",

@@ -20,7 +20,7 @@ import contextlib
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +51,7 @@ class CalibrateRequest:
     measure_samples: int = 1000
     start_qps: float | None = None  # Server: first trial (None: 0.9 x the Offline ceiling)
     trials: int = 6  # Server: trials in the search
-    trial_s: float = 60.0  # Server: min_duration of one trial
+    trial_s: float | None = None  # Server: min_duration of one trial (None: the benchmark's)
     trial_queries: int = 0  # Server: min_query_count of one trial (0: target x trial_s)
     backoff: float = 0.05  # Server: written QPS = highest passing x (1 - backoff)
     precision: float = 0.02  # Server: the search stops when pass and failure are this close
@@ -208,9 +208,16 @@ def _early_stopping_lines(
     ]
 
 
+def trial_seconds(req: CalibrateRequest, bench: Benchmark) -> float:
+    """A Server trial's length: --trial-s, else the benchmark's default."""
+    return req.trial_s if req.trial_s is not None else bench.calibrate_trial_s
+
+
 def _calibrate_server(req: CalibrateRequest, bench: Benchmark, lg_model: str, size: int) -> Path:
     from harness.submission.calibrate_server import calibrate_server, confirm_target
 
+    req = replace(req, trial_s=trial_seconds(req, bench))
+    assert req.trial_s is not None
     if req.trial_s <= 0 or req.trials < 1 or not 0 <= req.backoff < 1:
         raise UsageError("--trial-s and --trials must be positive and --backoff in [0, 1)")
     if req.confirm and req.confirm_runs < 1:
