@@ -86,6 +86,12 @@ def cap_performance_sample_count(settings, dataset_size: int, preset_count: int)
 OFFLINE_SLACK = 1.1  # LoadGen sizes the Offline query as max(min_query_count, 1.1 x T x qps)
 
 
+def whole_passes(n: int, size: int) -> int:
+    """n rounded up to whole passes over `size` loaded samples, as LoadGen pads in equal issue
+    mode (sample_concatenate_permutation)."""
+    return -(-n // size) * size
+
+
 @dataclass(frozen=True)
 class IssuePlan:
     """What a performance test's LoadGen will issue, worked out before the engine starts the
@@ -140,19 +146,17 @@ def issue_plan(settings, loaded: int) -> IssuePlan | None:
         spq = max(min_queries, int(OFFLINE_SLACK * seconds * qps))
         passes = None
         if equal:
-            passes = math.ceil(spq / loaded)
-            spq = passes * loaded
+            spq = whole_passes(spq, loaded)
+            passes = spq // loaded
         return IssuePlan("Offline", 1, spq, loaded, passes, qps, spq / qps if qps else 0.0)
     if settings.scenario != lg.TestScenario.Server:
         return None
     qps = float(settings.server_target_qps)
     # queries until the last one is scheduled at or past min_duration
     by_time = math.floor(qps * seconds) + 1
+    queries = max(min_queries, by_time)
     if equal:
-        floor = math.ceil(max(min_queries, 1) / loaded) * loaded
-        queries = max(floor, math.ceil(by_time / loaded) * loaded)
-    else:
-        queries = max(min_queries, by_time)
+        queries = whole_passes(queries, loaded)
     passes = queries // loaded if equal else None
     return IssuePlan("Server", queries, queries, loaded, passes, qps, queries / qps if qps else 0.0)
 

@@ -27,11 +27,11 @@ from typing import Any
 from harness import files
 from harness.benchmarks import Benchmark, resolve
 from harness.errors import UsageError
+from harness.run.settings import OFFLINE_SLACK
 from harness.run.timeline import EARLY_STOPPING_MIN_QUERIES
 from harness.run.user_conf import parse_lines
 from harness.submission.calibrate_server import run_once
 
-OFFLINE_SLACK = 1.1
 SUBMISSION_MIN_DURATION_S = 600
 
 

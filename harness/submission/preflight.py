@@ -29,11 +29,11 @@ from typing import Any
 from harness.benchmarks import Benchmark
 from harness.run.logs import ns_to_ms
 from harness.run.result import PreflightVerdict
+from harness.run.settings import OFFLINE_SLACK, whole_passes
 from harness.run.timeline import EARLY_STOPPING_MIN_QUERIES, early_stopping_min_queries
 from harness.submission.rounds import Round, choose_round, get_round, round_of_seeds
 
 SUBMISSION_MIN_DURATION_MS = 600_000
-OFFLINE_SLACK = 1.1  # LoadGen sizes the Offline query as max(min_query_count, 1.1*T*qps)
 LOADGEN_DEFAULT_QPS = 1.0  # LoadGen's built-in target_qps when no user.conf sets one
 SEED_KEYS = ("qsl_rng_seed", "sample_index_rng_seed", "schedule_rng_seed")
 AUDIT_FILE = "audit.config"
@@ -65,7 +65,7 @@ class EffectiveSettings:
         size = self.loaded_samples or self.performance_sample_count
         if not self.sample_concatenate_permutation or size <= 0:
             return n
-        return -(-max(n, 1) // size) * size
+        return whole_passes(max(n, 1), size)
 
     @property
     def server_queries(self) -> int:
