@@ -15,10 +15,25 @@ throughput depends on and what the accuracy check holds a run to (tokens_per_sam
   cnn_dailymail  llama3_1-8b's CNN/DailyMail, 13,368 samples: inputs mean 870 (shape 4,
                  100..2,523); outputs 128 each (the reference's gen_len, 611 characters a
                  sample, is ~128 tokens: its max_tokens).
+  longmix        llama3_1-405b's mixed long-context set, 8,313 samples: inputs 100..20,000
+                 (the mix's prompts run to ~20,000 tokens), mean 9,400, shape 2 - the mean is
+                 an assumption, not read from the benchmark's pickle (none is at hand here): set
+                 --input-mean once it is; outputs mean 684.68 (the benchmark's
+                 tokens_per_sample), shape 1, 1..2,000 (its max_tokens).
 
 Every number can be set by flag. Deterministic for a seed. Token ids below min(30,000, vocab).
 
+`--targets` adds what `mlperf-vllm evaluate` needs of an accuracy-mode log of such a run: the
+benchmark's target column (random words) and, for the 405B mix, its per-row `metric` column,
+the three row kinds in turn (rouge, niah_em with UUID labels, qa_em with `|` alternatives), so
+the GPU log goes through the same per-row routing as a CPU one. The scores mean nothing: the
+weights are random. `--tokenizer-out DIR` writes a tokenizer with exactly the model's vocabulary
+(one word per id, the config's BOS/EOS ids special) for `evaluate --tokenizer` of a weights-free
+model that has none.
+
     python bench/profile_dataset.py --profile openorca --model MODEL_DIR --out data.json
+    python bench/profile_dataset.py --profile longmix --model bench/models/llama31_405b_16l \
+        --samples 200 --targets --tokenizer-out /tmp/tok405 --out mix.json
 """
 
 from __future__ import annotations
@@ -47,7 +62,15 @@ class Profile:
 PROFILES = {
     "openorca": Profile(24576, Lengths(308, 100, 1024), Lengths(294.45, 2, 1024, 1.5)),
     "cnn_dailymail": Profile(13368, Lengths(870, 100, 2523), Lengths(128, 128, 128)),
+    "longmix": Profile(8313, Lengths(9400, 100, 20000, 2.0), Lengths(684.68, 1, 2000, 1.0)),
 }
+# The benchmark whose dataset columns a profile's --targets writes.
+BENCHMARK_OF = {
+    "openorca": "llama2-70b",
+    "cnn_dailymail": "llama3_1-8b",
+    "longmix": "llama3_1-405b",
+}
+ROW_KINDS = ("rouge", "niah_em", "qa_em")  # the 405B mix's per-row metrics, in turn
 
 
 def draw_lengths(rng, n: int, spec: Lengths) -> list[int]:
@@ -81,38 +104,112 @@ def build(profile: Profile, vocab: int, seed: int = 5) -> list[dict]:
     ins = draw_lengths(rng, profile.samples, profile.inputs)
     outs = draw_lengths(rng, profile.samples, profile.outputs)
     top = min(30000, vocab)
-    return [
-        {"tok_input": rng.integers(0, top, size=k).tolist(), "tok_output_len": o}
+    return [  # prompts as int32 arrays: the 405B mix's 8,313 prompts hold ~78M tokens
+        {"tok_input": rng.integers(0, top, size=k).astype(np.int32), "tok_output_len": o}
         for k, o in zip(ins, outs, strict=True)
     ]
+
+
+def add_targets(rows: list[dict], profile: str, vocab: int, seed: int = 5) -> None:
+    """The benchmark's target column (and the mix's metric column) on each row, in place.
+
+    Labels are made of the words `t<id>` that write_vocab_tokenizer gives ids 1,000..1,499
+    (or the first 500 of a smaller vocabulary), so a crafted log can answer a row exactly."""
+    import random
+    import uuid
+
+    from harness.benchmarks import get_benchmark
+
+    schema = get_benchmark(BENCHMARK_OF[profile]).schema
+    rng = random.Random(seed)
+    first = 1000 if vocab >= 1500 else 0
+    words = [f"t{i}" for i in range(first, min(first + 500, vocab))]
+    for i, row in enumerate(rows):
+        kind = ROW_KINDS[i % len(ROW_KINDS)] if schema.metric_column else "rouge"
+        if kind == "niah_em":
+            label = ", ".join(str(uuid.UUID(int=rng.getrandbits(128))) for _ in range(3))
+        elif kind == "qa_em":
+            label = "|".join(rng.choice(words) for _ in range(2))
+        else:
+            label = " ".join(rng.choice(words) for _ in range(rng.randint(8, 40)))
+        row[schema.target_column] = label
+        if schema.metric_column:
+            row[schema.metric_column] = kind
+
+
+def write_vocab_tokenizer(config: dict, out: Path) -> Path:
+    """A fast tokenizer with exactly the config's vocabulary: id i is the word `t<i>`, the
+    config's BOS and EOS ids are special (dropped by skip_special_tokens, as a real model's)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab_size = int(config["vocab_size"])
+    specials = {}
+    for key, name in (("bos_token_id", "<|bos|>"), ("eos_token_id", "<|eos|>")):
+        ids = config.get(key)
+        for j, tid in enumerate(ids if isinstance(ids, list) else [ids]):
+            if isinstance(tid, int) and 0 <= tid < vocab_size:
+                specials[tid] = name if j == 0 else f"{name[:-2]}{j}|>"
+    vocab = {specials.get(i, f"t{i}"): i for i in range(vocab_size)}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token=None))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.decoder = decoders.WordPiece(prefix="##", cleanup=False)  # words joined by spaces
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok)
+    fast.add_special_tokens({"additional_special_tokens": sorted(specials.values())})
+    if (bos := config.get("bos_token_id")) in specials:
+        fast.bos_token = specials[bos]
+    eos = config.get("eos_token_id")
+    eos = eos[0] if isinstance(eos, list) else eos
+    if eos in specials:
+        fast.eos_token = specials[eos]
+    out.mkdir(parents=True, exist_ok=True)
+    fast.save_pretrained(str(out))
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--profile", choices=sorted(PROFILES), required=True)
     p.add_argument("--model", type=Path, required=True, help="folder with config.json (vocab)")
-    p.add_argument("--out", type=Path, required=True, help="JSON records file to write")
+    p.add_argument(
+        "--out", type=Path, required=True, help="file to write: JSON records, or .parquet"
+    )
     p.add_argument("--samples", type=int, help="default: the benchmark's dataset size")
     p.add_argument("--input-mean", type=float)
+    p.add_argument("--input-max", type=int, help="default: the profile's longest prompt")
     p.add_argument("--output-mean", type=float)
     p.add_argument("--output-max", type=int, help="default: the benchmark's max_tokens")
     p.add_argument("--seed", type=int, default=5)
+    p.add_argument("--targets", action="store_true", help="add the target (and metric) columns")
+    p.add_argument("--tokenizer-out", type=Path, help="write a tokenizer of the model's vocab")
     a = p.parse_args(argv)
     prof = PROFILES[a.profile]
     if a.samples:
         prof = replace(prof, samples=a.samples)
-    if a.input_mean:
-        prof = replace(prof, inputs=replace(prof.inputs, mean=a.input_mean))
+    if a.input_mean or a.input_max:
+        inp = prof.inputs
+        high = a.input_max or inp.high
+        mean = a.input_mean or min(inp.mean, high)
+        prof = replace(prof, inputs=replace(inp, mean=mean, high=high, low=min(inp.low, high)))
     if a.output_mean or a.output_max:
         out = prof.outputs
         high = a.output_max or out.high
         mean = a.output_mean or min(out.mean, high)
         prof = replace(prof, outputs=replace(out, mean=mean, high=high, low=min(out.low, high)))
-    vocab = int(json.loads((a.model / "config.json").read_text())["vocab_size"])
-    rows = build(prof, vocab, a.seed)
+    config = json.loads((a.model / "config.json").read_text())
+    rows = build(prof, int(config["vocab_size"]), a.seed)
+    if a.targets:
+        add_targets(rows, a.profile, int(config["vocab_size"]), a.seed)
+    if a.tokenizer_out:
+        write_vocab_tokenizer(config, a.tokenizer_out)
     a.out.parent.mkdir(parents=True, exist_ok=True)
     tmp = a.out.with_name(a.out.name + ".part")
-    tmp.write_text(json.dumps(rows))
+    if a.out.suffix == ".parquet":  # compact and quick to load: the 405B mix at full size
+        import pandas as pd
+
+        pd.DataFrame(rows).to_parquet(tmp)
+    else:
+        tmp.write_text(json.dumps([{**r, "tok_input": r["tok_input"].tolist()} for r in rows]))
     tmp.replace(a.out)
     ins = [len(r["tok_input"]) for r in rows]
     outs = [r["tok_output_len"] for r in rows]

@@ -94,6 +94,7 @@ def evaluate(
     n_workers = resolve_workers(workers, len(decoded.predictions))
 
     metrics: dict[str, float | int]
+    rows_per_metric: dict[str, int] | None = None  # the 405B mix: rows each pooled metric saw
     if spec.scoring == "summary":
         scores = score_summaries(
             decoded.predictions, sample_targets, punkt=punkt, workers=n_workers
@@ -115,6 +116,7 @@ def evaluate(
             workers=n_workers,
         )
         metrics = dict(pool_row_scores(longbench.rows))
+        rows_per_metric = {m: sum(r.metric == m for r in longbench.rows) for m in metrics}
         prediction_chars = longbench.prediction_chars
     metrics.update(length_metrics(prediction_chars, decoded.generated_tokens))
 
@@ -131,6 +133,7 @@ def evaluate(
         verdict=verdict,
         accuracy_log=log_path,
         log_sha256=log_sha256,
+        rows_per_metric=rows_per_metric,
     )
     return EvaluationResult(benchmark, targets, metrics, verdict, paths, log_sha256)
 
@@ -168,14 +171,27 @@ def load_tokenizer(tokenizer: str | Path | PreTrainedTokenizerBase) -> PreTraine
 def decode_accuracy_log(
     log_path: Path, tokenizer: PreTrainedTokenizerBase, *, dtype: str, dataset_size: int
 ) -> DecodedLog:
-    """Stream the log, dedupe it and detokenize with ``skip_special_tokens=True``."""
+    """Stream the log, dedupe it and detokenize with ``skip_special_tokens=True``.
+
+    An id outside the tokenizer's vocabulary is refused: a fast tokenizer drops it silently,
+    so a log decoded with another model's (smaller) tokenizer would score as empty text.
+    """
+    vocab = len(tokenizer)
     indices: list[int] = []
     predictions: list[str] = []
     block: list[list[int]] = []
     generated_tokens = 0
     for sample in read_accuracy_log(log_path, dtype=dtype, dataset_size=dataset_size):
         indices.append(sample.qsl_idx)
-        generated_tokens += len(sample.token_ids)
+        ids = sample.token_ids
+        if len(ids) and (int(ids.max()) >= vocab or int(ids.min()) < 0):
+            bad = int(ids.max()) if int(ids.max()) >= vocab else int(ids.min())
+            raise EvaluationError(
+                f"accuracy log {log_path}: qsl_idx {sample.qsl_idx} holds token id {bad}, outside "
+                f"the tokenizer's vocabulary of {vocab}: pass --tokenizer the model's own "
+                "tokenizer and the --dtype the SUT wrote"
+            )
+        generated_tokens += len(ids)
         block.append(sample.token_ids.tolist())
         if len(block) >= DECODE_BLOCK:
             predictions.extend(_decode_block(tokenizer, block, indices, log_path))

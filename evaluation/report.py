@@ -76,12 +76,14 @@ def accuracy_json(
     *,
     accuracy_log: Path,
     log_sha256: str,
+    rows_per_metric: Mapping[str, int] | None = None,
 ) -> str:
     document: dict[str, object] = {
         "benchmark": targets.benchmark,
         "checker_model": targets.checker_model,
         "accuracy_level": targets.accuracy_level,
         **{key: _plain_number(value) for key, value in metrics.items()},
+        **({"rows_per_metric": dict(rows_per_metric)} if rows_per_metric is not None else {}),
         "passed": verdict.passed,
         "verdict": verdict.as_dict()["checks"],
         "accuracy_log": str(accuracy_log),
@@ -99,6 +101,7 @@ def write_reports(
     verdict: Verdict,
     accuracy_log: Path,
     log_sha256: str,
+    rows_per_metric: Mapping[str, int] | None = None,
 ) -> ReportPaths:
     paths = ReportPaths(output_dir / "accuracy.json", output_dir / "accuracy.txt")
     # The pair is written aside and renamed into place together: an interrupt leaves the
@@ -106,7 +109,12 @@ def write_reports(
     files.write_texts(
         {
             paths.accuracy_json: accuracy_json(
-                targets, metrics, verdict, accuracy_log=accuracy_log, log_sha256=log_sha256
+                targets,
+                metrics,
+                verdict,
+                accuracy_log=accuracy_log,
+                log_sha256=log_sha256,
+                rows_per_metric=rows_per_metric,
             ),
             paths.accuracy_txt: accuracy_txt(style, metrics, log_sha256),
         }
