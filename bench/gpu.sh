@@ -14,8 +14,14 @@
 #                          target by `calibrate --confirm` on OpenOrca's length profile, one GPU
 #   bench/gpu.sh confirm-70b SCENARIO TARGET [run args]  one 600 s run of llama2-70b at TARGET QPS
 #   bench/gpu.sh tp2-70b   (2 GPUs) Llama-2-70B FP8, TP 2, via `mlperf-vllm run`
-#   bench/gpu.sh tp8-405b  (8 GPUs) Llama-3.1-405B FP8, TP 8, the benchmark's length profile
-#                          (bench/models/llama31_405b_dummy: 126 layers, hidden 16384, 128/8 heads)
+#   bench/gpu.sh tp8-405b  (8 GPUs) Llama-3.1-405B FP8, TP 8, the 405B mix's length profile
+#                          (bench/models/llama31_405b_dummy: 126 layers, hidden 16384, 128/8 heads),
+#                          N405 samples (default the benchmark's 8,313: start it with `detach`)
+#   bench/gpu.sh offline-405b [run args]  one GPU: the 405B's width at 16 layers (one TP 8 GPU's
+#                          share, bench/models/llama31_405b_16l) on the mix's length profile; MODE=
+#                          accuracy: the accuracy log, scored on a CPU machine (the part's header)
+#   bench/gpu.sh confirm-405b SCENARIO TARGET [run args]  one 600 s run of it at TARGET QPS
+#   bench/gpu.sh calibrate-405b SCENARIO [calibrate args]  its Server or Interactive search
 #   bench/gpu.sh offline-full  Llama-3.1-8B FP8 Offline via `mlperf-vllm run` at the real query size:
 #                          13,368 prompts (CNN/DailyMail length profile, mean input 870), 128
 #                          output tokens, min_duration 0; then the quicker 2,000-prompt run used
@@ -63,6 +69,7 @@ REPEATS=${REPEATS:-2}
 # PROFILE_ARGS: its flags) for the benchmark's prompt and output lengths instead of random
 # prompts of one output length
 MAXTOK=${MAXTOK:-128}
+MAXLEN405=${MAXLEN405:-22016}  # the 405B parts' max_model_len: 20,000-token prompts + 2,000 out
 DUMMY=(--engine-arg load_format=dummy --engine-arg skip_tokenizer_init=true
        --engine-arg max_model_len=4096)
 FP8=(--engine-arg quantization=fp8 --engine-arg kv_cache_dtype=fp8)
@@ -109,6 +116,7 @@ keep_run() {  # run folder, tag: its LoadGen summary and detail log, picture and
   cp "$1/performance/mlperf_log_detail.txt" "$OUT/$2_detail.txt" 2>/dev/null
   cp "$1/timeline.png" "$OUT/$2_timeline.png" 2>/dev/null
   cp "$1/result.json" "$OUT/$2_result.json" 2>/dev/null
+  cp "$1/accuracy/mlperf_log_accuracy.json" "$OUT/$2_accuracy_log.json" 2>/dev/null
 }
 
 random_dataset() {  # model, mean input length -> path of a JSON set of $SAMPLES prompts
@@ -133,12 +141,13 @@ pick_dataset() {  # model, mean input length
   fi
 }
 
-profile_dataset() {  # model -> path of a JSON set of $SAMPLES prompts and output lengths with
+profile_dataset() {  # model -> path of a set of $SAMPLES prompts and output lengths (and targets) with
   local model=$1 work=${TMPDIR:-/tmp}/gpu-bench; mkdir -p "$work"  # $PROFILE's length profile
   local extra=(); read -r -a extra <<< "${PROFILE_ARGS:-}"  # e.g. "--output-max 48" (CPU dry runs)
   local tag; tag=$(printf '%s' "${PROFILE_ARGS:-}" | md5sum | cut -c1-8)
-  local data="$work/profile_${PROFILE}_${SAMPLES}_$tag.json"
-  [ -f "$data" ] || python3 bench/profile_dataset.py --profile "$PROFILE" --model "$model" \
+  local ext=json; [ "$PROFILE" = longmix ] && ext=parquet  # the mix: ~9,400 tokens a prompt
+  local data="$work/profile_${PROFILE}_${SAMPLES}_$tag.$ext"
+  [ -f "$data" ] || python3 bench/profile_dataset.py --profile "$PROFILE" --model "$model" --targets \
     --samples "$SAMPLES" "${extra[@]}" --out "$data" | tee -a "$OUT/datasets.txt" >&2
   echo "$data"
 }
@@ -151,7 +160,11 @@ cli_offline() {  # name, model, mean input length, max tokens, run args...
   local conf="$work/offline_all.conf"
   pick_dataset "$model" "$mean"  # with $PROFILE: the benchmark's output lengths, not $maxtok each
   offline_conf "$SAMPLES" > "$conf"
-  python3 -m harness.cli run --benchmark "$BENCHMARK" --scenario Offline --mode performance \
+  local mode=(--mode "${MODE:-performance}")  # MODE=accuracy: the log only (scored elsewhere),
+  if [ "${MODE:-performance}" != performance ]; then  # each output to $maxtok (`run` refuses
+    mode+=(--no-evaluate); LENGTHS=()                 # --output-lengths in accuracy mode)
+  fi
+  python3 -m harness.cli run --benchmark "$BENCHMARK" --scenario Offline "${mode[@]}" \
     --model "$model" --dataset "$DATA" --output "$work/run_$name" --user-conf "$conf" \
     --no-mlflow --no-progress --ignore-eos --max-tokens "$maxtok" "${LENGTHS[@]}" "${DUMMY[@]}" \
     "${SUT_OPTS[@]}" "$@" 2>&1 | grep -E "validity|tokens/s|samples|duration|warm-up|cost|error|Error" \
@@ -206,6 +219,9 @@ cli_confirm() {  # scenario, target QPS, prefill policy, run args...
   printf '%s.Server.target_qps = %s\n' "$name" "$target" > "$conf"
   # CPU dry runs only: a shorter run than mlperf.conf's 600 s
   [ -n "${CONFIRM_MS:-}" ] && printf '*.Server.min_duration = %s\n' "$CONFIRM_MS" >> "$conf"
+  # MINQ: LoadGen's early stopping certifies a p99 only from 459 queries (662 with one over a
+  # limit); a slow benchmark's 600 s at its target issues fewer (the 405B at ~0.5 QPS: 300)
+  [ -n "${MINQ:-}" ] && printf '%s.Server.min_query_count = %s\n' "$name" "$MINQ" >> "$conf"
   python3 -m harness.cli run --benchmark "$BENCHMARK" --scenario "$scenario" --mode performance \
     --model "$MODEL" --dataset "$DATA" --output "$out" --user-conf "$conf" --overwrite \
     --no-mlflow --no-progress --ignore-eos --max-tokens "$MAXTOK" "${LENGTHS[@]}" "${DUMMY[@]}" \
@@ -273,9 +289,45 @@ case "${1:-all}" in
     CUDA_VISIBLE_DEVICES=0 cli_offline 8b_fp8_1gpu "$MODEL" 870 128 "${FP8[@]}"
     cli_offline 8b_fp8_dp2 "$MODEL" 870 128 "${FP8[@]}" --data-parallel-size 2
     cli_offline 8b_fp8_tp2 "$MODEL" 870 128 "${FP8[@]}" --tensor-parallel-size 2 ;;
-  tp8-405b)  # 8 GPUs: Llama-3.1-405B FP8 + FP8 KV, TP 8; long mixed prompts, mean output ~685
-    BENCHMARK=llama3_1-405b SAMPLES=${SAMPLES:-1000} cli_offline 405b_fp8_tp8 bench/models/llama31_405b_dummy 2000 685 \
-      "${FP8[@]}" --tensor-parallel-size 8 --engine-arg max_model_len=8192 ;;
+  tp8-405b)  # 8 GPUs: Llama-3.1-405B FP8 + FP8 KV, TP 8, on the mix's length profile (as
+    # offline-405b), N405 samples (default the benchmark's 8,313 in one query: longer than a
+    # call, so `bash bench/gpu.sh detach tp8-405b`, then `WAIT=540 bash bench/gpu.sh collect` in
+    # the calls after; MIN_MS=600000 with fewer samples for a 600 s run); engine flags $STACK
+    shift
+    BENCHMARK=llama3_1-405b PROFILE=longmix SAMPLES=${N405:-8313} cli_offline \
+      "405b_fp8_tp8_${TAG}${N405:-8313}" "${MODEL405:-bench/models/llama31_405b_dummy}" 0 2000 \
+      "${FP8[@]}" --tensor-parallel-size 8 --engine-arg max_model_len="$MAXLEN405" \
+      "${STACK_ARGS[@]}" "$@" ;;
+  offline-405b)  # one GPU: the 405B's full width at 16 layers (bench/models/llama31_405b_16l:
+    # one TP 8 GPU's share of the real model, bench/memory_plan.py), FP8 + FP8 KV, on the 405B
+    # mix's length profile (PROFILE longmix of bench/profile_dataset.py: prompts to 20,000
+    # tokens, outputs mean 684.68 to 2,000; its dataset carries the mix's targets and per-row
+    # metrics), N405 samples (default 200) in one query, max_model_len 22,016 (20,000 + 2,000,
+    # whole 16-token blocks); engine flags $STACK and any given; MODEL405 for CPU dry runs.
+    # MODE=accuracy: outputs of max_tokens (2,000; `run` cuts no accuracy output short), so fewer
+    # samples (N405=50); the accuracy log comes back as run_*_accuracy_log.json; on a CPU machine,
+    #   python bench/profile_dataset.py --profile longmix --model bench/models/llama31_405b_16l \
+    #     --samples N405 --targets --tokenizer-out TOK --out DATA   (the same file, one seed)
+    #   mlperf-vllm evaluate --benchmark llama3_1-405b --accuracy-log LOG --dataset DATA --tokenizer TOK
+    shift; n=${N405:-200}
+    BENCHMARK=llama3_1-405b PROFILE=longmix SAMPLES=$n cli_offline "405b16_fp8_${MODE:-perf}_${TAG}$n" \
+      "${MODEL405:-bench/models/llama31_405b_16l}" 0 2000 "${FP8[@]}" \
+      --engine-arg max_model_len="$MAXLEN405" "${STACK_ARGS[@]}" "$@" ;;
+  confirm-405b)  # one GPU: one run of offline-405b's model and profile in SCENARIO at TARGET
+    # QPS (the 405B's limits: Server TTFT 6,000 / TPOT 175 ms) for 600 s and MINQ queries
+    # (default 662: early stopping's count with one query over a limit; 1,324 s at 0.5 QPS),
+    # N405 samples (default 331: two whole passes); POLICY as confirm
+    shift; sc=${1:?scenario: Server or Interactive}; tq=${2:?target QPS}; shift 2
+    BENCHMARK=llama3_1-405b MODEL=${MODEL405:-bench/models/llama31_405b_16l} PROFILE=longmix \
+      MAXTOK=2000 CONFIRM_N=${N405:-331} MINQ=${MINQ:-662} cli_confirm "$sc" "$tq" "${POLICY:--}" \
+      --engine-arg max_model_len="$MAXLEN405" "${STACK_ARGS[@]}" "$@" ;;
+  calibrate-405b)  # one GPU: `calibrate` of offline-405b's model and profile in SCENARIO, trials
+    # of TRIAL_S (default 300 s), N405 samples (default 300; MEASURE of them, default 100, for
+    # the Offline bound); NO_CONFIRM=1 the trials alone
+    shift; sc=${1:?scenario: Server or Interactive}; shift
+    BENCHMARK=llama3_1-405b MODEL=${MODEL405:-bench/models/llama31_405b_16l} PROFILE=longmix \
+      MAXTOK=2000 SAMPLES=${N405:-300} MEASURE=${MEASURE:-100} TRIAL_S=${TRIAL_S:-300} \
+      cli_calibrate "$sc" "${FP8[@]}" --engine-arg max_model_len="$MAXLEN405" "${STACK_ARGS[@]}" "$@" ;;
   offline-70b)  # one GPU: Llama-2-70B FP8 + FP8 KV on OpenOrca's length profile (inputs mean 308,
     # outputs mean 294.45 up to 1,024: bench/profile_dataset.py), N70 samples (default the
     # submission's 24,576) in one query; engine flags $STACK and any given; MODEL70 for CPU dry runs;
