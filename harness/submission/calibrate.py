@@ -27,7 +27,7 @@ from typing import Any
 from harness import files
 from harness.benchmarks import Benchmark, resolve
 from harness.errors import UsageError
-from harness.run.settings import OFFLINE_SLACK
+from harness.run.settings import OFFLINE_SLACK, whole_passes
 from harness.run.timeline import EARLY_STOPPING_MIN_QUERIES
 from harness.run.user_conf import parse_lines
 from harness.submission.calibrate_server import run_once
@@ -185,25 +185,58 @@ def _calibrate_offline(
     return lines + _demo_lines(bench, lg_model, "Offline", req, size)
 
 
+def _padded_over(base: str, lg_model: str, loaded: int) -> int:
+    """The samples a Server run's query count is padded to whole passes over: the loaded
+    samples (a base conf's performance_sample_count_override first), 0 where the base conf
+    turns equal issue off (every Llama benchmark's mlperf.conf turns it on)."""
+    for line in parse_lines(base):
+        parts = line.parts
+        if parts is None or line.value is None or parts[0] not in ("*", lg_model):
+            continue
+        if parts[1] not in ("*", "Server"):
+            continue
+        try:
+            value = int(float(line.value))
+        except ValueError:
+            continue
+        if parts[2] == "performance_sample_count_override" and value > 0:
+            loaded = min(loaded, value)
+        elif parts[2] == "sample_concatenate_permutation" and not value:
+            return 0
+    return loaded
+
+
 def _early_stopping_lines(
-    lg_model: str, target: float, min_duration_s: float, base: str
+    lg_model: str, target: float, min_duration_s: float, base: str, loaded: int
 ) -> list[str]:
-    """A Server min_query_count line when target x min_duration issues too few queries for
-    LoadGen's early stopping to certify the p99 (such a run is INVALID however fast the engine):
-    enough queries for one of them to be over a limit. Empty when the duration suffices."""
+    """A Server min_query_count line when the run would issue too few queries for LoadGen's
+    early stopping to certify the p99 (such a run is INVALID however fast the engine): enough
+    queries for one of them to be over a limit. LoadGen pads an LLM Server run to whole passes
+    over the `loaded` samples (equal issue), so what counts is the padded count; where the
+    padding makes the run far longer than min_duration (a slow benchmark over its whole
+    dataset: the 405B at 0.7 QPS over 8,313 samples runs 3.3 h), a comment says so."""
     need = EARLY_STOPPING_MIN_QUERIES
-    issued = target * min_duration_s
-    if issued >= need:
-        return []
+    by_time = math.floor(target * min_duration_s) + 1  # as issue_plan counts them
+    issued = whole_passes(by_time, loaded) if loaded > 0 else by_time
     for line in parse_lines(base):
         if line.key in (f"{lg_model}.Server.min_query_count", "*.Server.min_query_count"):
             with contextlib.suppress(TypeError, ValueError):
                 need = max(need, int(float(line.value)))  # type: ignore[arg-type]
+    passes = f"whole passes over {loaded:,} loaded samples: equal issue" if loaded > 0 else ""
+    if issued >= EARLY_STOPPING_MIN_QUERIES:
+        if issued / target <= 1.1 * min_duration_s:
+            return []
+        return [
+            f"# {target:g} QPS for {min_duration_s:g} s issues about {issued:,} queries "
+            f"({passes}): the run lasts about {issued / target:,.0f} s"
+        ]
+    queries = whole_passes(need, loaded) if loaded > 0 else need
     return [
         f"# min_query_count {need}: LoadGen's early stopping certifies a p99 only from "
         f"{EARLY_STOPPING_MIN_QUERIES} queries (one of them over a limit); {target:g} QPS x "
-        f"{min_duration_s:g} s issues about {issued:.0f}, so the run lasts about "
-        f"{need / target:.0f} s",
+        f"{min_duration_s:g} s issues about {issued}"
+        + (f" ({passes})" if passes else "")
+        + f", so the run issues {queries:,} and lasts about {queries / target:,.0f} s",
         f"{lg_model}.Server.min_query_count = {need}",
     ]
 
@@ -225,6 +258,7 @@ def _calibrate_server(req: CalibrateRequest, bench: Benchmark, lg_model: str, si
     search, qps, record = calibrate_server(req, bench, lg_model)
     base = req.user_conf.read_text() if req.user_conf else ""
     demo = _demo_lines(bench, lg_model, "Server", req, size)
+    loaded = _padded_over(base, lg_model, min(size, bench.performance_sample_count))
     conf = req.output / "user.conf"
 
     def write_conf(target: float, evidence: list[str], banner: str = "") -> None:
@@ -232,8 +266,10 @@ def _calibrate_server(req: CalibrateRequest, bench: Benchmark, lg_model: str, si
             banner += (
                 "# NOT COMPLIANT (demo calibration): see the NOT COMPLIANT lines at the end.\n"
             )
-        count = _early_stopping_lines(lg_model, target, req.min_duration_s, base)
-        keys = ["target_qps", "min_duration"] + (["min_query_count"] if count else [])
+        count = _early_stopping_lines(lg_model, target, req.min_duration_s, base, loaded)
+        keys = ["target_qps", "min_duration"] + (
+            ["min_query_count"] if any(not c.startswith("#") for c in count) else []
+        )
         text = conf_key_lines(base, keys) if base else ""
         body = [*search, *evidence, f"{lg_model}.Server.target_qps = {target:g}", *count, *demo]
         tmp = conf.with_name(conf.name + ".tmp")
