@@ -8,6 +8,7 @@ real on the tiny model.
 from __future__ import annotations
 
 import csv
+import json
 from pathlib import Path
 
 import pytest
@@ -387,6 +388,47 @@ def test_an_interrupted_sweep_reports_the_configs_that_finished(tmp_path):
     md = (tmp_path / "stacked" / "sweep.md").read_text()
     assert "**Interrupted** (not run: b, c, d)" in md
     assert "Stack when interrupted: a\n" in md and "Final stack" not in md
+
+
+def test_the_report_is_on_disk_after_each_config_for_a_sweep_killed_outright(tmp_path):
+    """A lent GPU machine taken back ends the sweep with SIGKILL: no handler runs. What it
+    leaves is the report as of the config in flight, so that is read while b runs."""
+    from harness.sweep.execute import run_sweep
+    from harness.tracking import TrackingConfig
+
+    plan = _stack_plan(tmp_path)
+    seen: dict[str, str] = {}
+
+    class Snapshot(FakeRunner):
+        def __call__(self, plan, spec, out, mode, timeout):
+            md = out.parents[1] / "sweep.md"
+            if "b" in spec.knobs and "b" not in seen:
+                seen["b"] = md.read_text()
+            return super().__call__(plan, spec, out, mode, timeout)
+
+    tps = {(): 100.0, ("a",): 120.0, ("b",): 100.0, ("c",): 100.0, ("d",): 100.0}
+    tps.update({("a", k): 100.0 for k in "bcd"})
+    out = tmp_path / "out"
+    run_sweep(
+        plan.path,
+        SweepOptions(output=out, repeats=1),
+        TrackingConfig(uri="", enabled=False),
+        runner=Snapshot(tps),
+    )
+    assert "**Unfinished** (not yet run: b, c, d)" in seen["b"]
+    assert "| baseline |" in seen["b"] and "| a |" in seen["b"] and "| b |" not in seen["b"]
+    final = (out / "sweep.md").read_text()  # the finished sweep's report says nothing of it
+    assert "Unfinished" not in final and "| d |" in final
+    assert "in_progress" not in json.loads((out / "sweep.json").read_text())
+    seen.clear()
+    run_sweep(
+        plan.path,
+        SweepOptions(kind="stacked", output=tmp_path / "stacked", repeats=1),
+        TrackingConfig(uri="", enabled=False),
+        runner=Snapshot(tps),
+    )
+    assert "**Unfinished** (not yet run: b, c, d)" in seen["b"]
+    assert "Stack so far: a\n" in seen["b"] and "Final stack" not in seen["b"]
 
 
 # --------------------------------------------------------------------------- knob semantics

@@ -220,6 +220,8 @@ class Sweep:
             )
         self.runner = runner
         self.rows: list[ConfigRow] = []
+        # called after each config's row is in (run_sweep: rewrite the report so far)
+        self.on_row: Callable[[], None] | None = None
         self.repeats: dict[str, list[RepeatOutcome]] = {}
         self.baseline: RepeatOutcome | None = None
         self.final_stack: list[str] | None = None  # stacked: the knobs kept, once run
@@ -435,14 +437,27 @@ class Sweep:
         base_row = self.run_config(base_spec, self.opt.kind)
         outs = self.repeats["baseline"]
         self.baseline = outs[0] if outs and outs[0].status == "ok" else None
-        self.rows.append(base_row)
+        if self.opt.kind == "stacked":
+            self.final_stack = []
+        self._add(base_row)
         if self.opt.kind == "isolation":
             for i, knob in enumerate(self.plan.knobs, start=1):
                 spec = make_config(self.plan, i, knob.name, [knob])
-                self.rows.append(self.run_config(spec, "isolation", (self.baseline, [knob])))
+                self._add(self.run_config(spec, "isolation", (self.baseline, [knob])))
         else:
             self._stacked(base_row)
         return self.rows
+
+    def _add(self, row: ConfigRow) -> None:
+        self.rows.append(row)
+        if self.on_row is not None:
+            self.on_row()
+
+    def not_run(self) -> list[str]:
+        """The plan's configs without a row yet, in plan order."""
+        done = {r.config for r in self.rows}
+        names = ["baseline", *(k.name for k in self.plan.knobs)]
+        return [c for c in names if c not in done and "+" + c not in done]
 
     def _stacked(self, base_row: ConfigRow) -> None:
         stack: list[Knob] = []
@@ -480,8 +495,8 @@ class Sweep:
             if keep:
                 stack.append(knob)
                 current = row
-            self.rows.append(row)
             self.final_stack = [k.name for k in stack]  # so far, if the sweep is stopped
+            self._add(row)
 
 
 class _ConfigFailed(Exception):
@@ -595,15 +610,21 @@ def run_sweep(
     ) as parent:
         meta["mlflow_parent_run_id"] = parent.run_id
         sweep = Sweep(plan, options, parent, runner=runner)
+
+        def so_far() -> None:
+            # After each config, the report of those done: a sweep whose process is killed
+            # outright (a lent machine taken back, SIGKILL) keeps them, marked unfinished
+            if left := sweep.not_run():
+                progress = {**meta, "in_progress": "not yet run: " + ", ".join(left)}
+                write_reports(out, options.kind, plan, sweep.rows, progress, sweep.final_stack)
+
+        sweep.on_row = so_far
         try:
             sweep.run()
         except KeyboardInterrupt:
             # Ctrl-C or SIGTERM (the running repeat's engine is already ended): the configs
             # that finished keep their report, and it says what did not run
-            done = {r.config for r in sweep.rows}
-            names = ["baseline", *(k.name for k in plan.knobs)]
-            left = [c for c in names if c not in done and "+" + c not in done]
-            meta["interrupted"] = "not run: " + ", ".join(left)
+            meta["interrupted"] = "not run: " + ", ".join(sweep.not_run())
             if sweep.rows:
                 write_reports(out, options.kind, plan, sweep.rows, meta, sweep.final_stack)
                 print(f"sweep: interrupted; report of the finished configs: {out / 'sweep.md'}")

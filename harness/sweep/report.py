@@ -243,7 +243,13 @@ def write_reports(
     title = f"{kind} sweep: {plan.path.name}"
     extra = ""
     if kind == "stacked":
-        label = "Stack when interrupted" if meta.get("interrupted") else "Final stack"
+        label = (
+            "Stack when interrupted"
+            if meta.get("interrupted")
+            else "Stack so far"
+            if meta.get("in_progress")
+            else "Final stack"
+        )
         extra = f"\n{label}: {' + '.join(final_stack or []) or '(baseline)'}\n"
     note = figure_note(plan.scenario)
     head = f"{note}\n" if note else ""
@@ -251,6 +257,12 @@ def write_reports(
         head += (
             f"**Interrupted** ({meta['interrupted']}): the rows below are the configs that "
             "finished.\n\n"
+        )
+    elif meta.get("in_progress"):
+        head += (
+            f"**Unfinished** ({meta['in_progress']}): the rows below are the configs that "
+            "finished so far. The report is rewritten after each config, so this stays when "
+            "the sweep is killed outright; `--resume` goes on from here.\n\n"
         )
     md = f"# {title}\n\n{head}{table}{extra}\n{RULES}"
     files.write_text(paths["sweep.md"], md)
