@@ -64,12 +64,9 @@ PROFILES = {
     "cnn_dailymail": Profile(13368, Lengths(870, 100, 2523), Lengths(128, 128, 128)),
     "longmix": Profile(8313, Lengths(9400, 100, 20000, 2.0), Lengths(684.68, 1, 2000, 1.0)),
 }
-# The benchmark whose dataset columns a profile's --targets writes.
-BENCHMARK_OF = {
-    "openorca": "llama2-70b",
-    "cnn_dailymail": "llama3_1-8b",
-    "longmix": "llama3_1-405b",
-}
+# The accuracy report style (harness.benchmarks) of the dataset each profile imitates: the
+# benchmark whose columns --targets writes.
+STYLE_OF = {"openorca": "open_orca", "cnn_dailymail": "cnn_dailymail", "longmix": "longbench"}
 ROW_KINDS = ("rouge", "niah_em", "qa_em")  # the 405B mix's per-row metrics, in turn
 
 
@@ -118,9 +115,11 @@ def add_targets(rows: list[dict], profile: str, vocab: int, seed: int = 5) -> No
     import random
     import uuid
 
-    from harness.benchmarks import get_benchmark
+    from harness.benchmarks import BENCHMARKS
 
-    schema = get_benchmark(BENCHMARK_OF[profile]).schema
+    schema = next(
+        b.schema for b in BENCHMARKS.values() if b.accuracy.report_style == STYLE_OF[profile]
+    )
     rng = random.Random(seed)
     first = 1000 if vocab >= 1500 else 0
     words = [f"t{i}" for i in range(first, min(first + 500, vocab))]
