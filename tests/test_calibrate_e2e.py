@@ -50,9 +50,13 @@ def test_server_calibration_holds_for_a_run_several_times_longer(
         # Five trials: the first three may all be over capacity when another engine computes
         # on the other core (a CI run found 0.46 of the Offline rate sustainable).
         *("--min-duration-s", str(CONFIRM_S), "--trials", "5", "--trial-s", str(TRIAL_S)),
-        # A wider backoff than the default 5%: the suite may run another engine beside this
-        # one, and the confirmation must not hinge on the other worker's load.
-        *("--measure-samples", "96", "--confirm", "--confirm-runs", "3", "--backoff", "0.15"),
+        # A wider backoff than the default 5%, and four confirmations (0.7, 0.49, 0.34, 0.24 of
+        # the best pass): the suite runs another worker's engines beside this one on a 2-core
+        # machine, and two CI runs found this tiny engine's rate down by more than 40% between
+        # its trials and its confirmations (0.15 x 3 stepped to 0.61 and held nothing). What is
+        # under test is that a confirmation runs the written conf for the full duration and
+        # steps down until one holds, not the other worker's load.
+        *("--measure-samples", "96", "--confirm", "--confirm-runs", "4", "--backoff", "0.3"),
         *("--max-tokens", "16", "--max-num-seqs", "4", "--enforce-eager"),
         timeout=900,
     )
@@ -80,7 +84,7 @@ def test_server_calibration_holds_for_a_run_several_times_longer(
 
     best = max(q for q, (v, _) in trials.items() if v["kept_up"] is True)
     target = float(re.findall(r"^llama3_1-8b\.Server\.target_qps = (\S+)$", text, re.M)[-1])
-    assert target <= math.floor(best * 0.85 * 1000) / 1000 + 1e-9
+    assert target <= math.floor(best * 0.7 * 1000) / 1000 + 1e-9
 
     # The confirmation: its own process and engine, the written conf, four trials' length.
     confirms = sorted(out.glob("confirm-*"))
@@ -114,7 +118,7 @@ def test_server_calibration_holds_for_a_run_several_times_longer(
         q: bool(re.search(rf"^#\s+{q:g} QPS: .*-> pass$", text, re.M)) for q in trials
     }
     assert rec["highest_passing_qps"] == max(t["target_qps"] for t in rec["trials"] if t["passed"])
-    assert rec["written_qps"] == math.floor(rec["highest_passing_qps"] * 0.85 * 1000) / 1000
+    assert rec["written_qps"] == math.floor(rec["highest_passing_qps"] * 0.7 * 1000) / 1000
     runs = rec["confirmations"]
     assert [r["output"] for r in runs] == [str(c) for c in confirms]
     assert runs[-1]["held"] is True and runs[-1]["validity"] == "VALID"
