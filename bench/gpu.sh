@@ -173,6 +173,13 @@ cli_offline() {  # name, model, mean input length, max tokens, run args...
   keep_run "$work/run_$name" "run_$name"
 }
 
+# The 405B parts' Offline run: the mix's length profile, FP8 + FP8 KV, max_model_len $MAXLEN405
+offline_405b() {  # name, model, samples, run args...
+  local name=$1 model=$2 n=$3; shift 3
+  BENCHMARK=llama3_1-405b PROFILE=longmix SAMPLES=$n cli_offline "${name}_${TAG}$n" "$model" 0 2000 \
+    "${FP8[@]}" --engine-arg max_model_len="$MAXLEN405" "${STACK_ARGS[@]}" "$@"
+}
+
 # One Offline query of the whole set, each prompt once; no min duration (throughput study, not a
 # submission run) unless MIN_MS sets one (a 600 s run shorter than the rules' query).
 offline_conf() {  # samples -> a user.conf on stdout
@@ -293,11 +300,8 @@ case "${1:-all}" in
     # offline-405b), N405 samples (default the benchmark's 8,313 in one query: longer than a
     # call, so `bash bench/gpu.sh detach tp8-405b`, then `WAIT=540 bash bench/gpu.sh collect` in
     # the calls after; MIN_MS=600000 with fewer samples for a 600 s run); engine flags $STACK
-    shift
-    BENCHMARK=llama3_1-405b PROFILE=longmix SAMPLES=${N405:-8313} cli_offline \
-      "405b_fp8_tp8_${TAG}${N405:-8313}" "${MODEL405:-bench/models/llama31_405b_dummy}" 0 2000 \
-      "${FP8[@]}" --tensor-parallel-size 8 --engine-arg max_model_len="$MAXLEN405" \
-      "${STACK_ARGS[@]}" "$@" ;;
+    shift; offline_405b "405b_fp8_tp8" "${MODEL405:-bench/models/llama31_405b_dummy}" \
+      "${N405:-8313}" --tensor-parallel-size 8 "$@" ;;
   offline-405b)  # one GPU: the 405B's full width at 16 layers (bench/models/llama31_405b_16l:
     # one TP 8 GPU's share of the real model, bench/memory_plan.py), FP8 + FP8 KV, on the 405B
     # mix's length profile (PROFILE longmix of bench/profile_dataset.py: prompts to 20,000
@@ -309,10 +313,8 @@ case "${1:-all}" in
     #   python bench/profile_dataset.py --profile longmix --model bench/models/llama31_405b_16l \
     #     --samples N405 --targets --tokenizer-out TOK --out DATA   (the same file, one seed)
     #   mlperf-vllm evaluate --benchmark llama3_1-405b --accuracy-log LOG --dataset DATA --tokenizer TOK
-    shift; n=${N405:-200}
-    BENCHMARK=llama3_1-405b PROFILE=longmix SAMPLES=$n cli_offline "405b16_fp8_${MODE:-perf}_${TAG}$n" \
-      "${MODEL405:-bench/models/llama31_405b_16l}" 0 2000 "${FP8[@]}" \
-      --engine-arg max_model_len="$MAXLEN405" "${STACK_ARGS[@]}" "$@" ;;
+    shift; offline_405b "405b16_fp8_${MODE:-perf}" "${MODEL405:-bench/models/llama31_405b_16l}" \
+      "${N405:-200}" "$@" ;;
   confirm-405b)  # one GPU: one run of offline-405b's model and profile in SCENARIO at TARGET
     # QPS (the 405B's limits: Server TTFT 6,000 / TPOT 175 ms) for 600 s and MINQ queries
     # (default 662: early stopping's count with one query over a limit; 1,324 s at 0.5 QPS),

@@ -184,8 +184,9 @@ def decode_accuracy_log(
     for sample in read_accuracy_log(log_path, dtype=dtype, dataset_size=dataset_size):
         indices.append(sample.qsl_idx)
         ids = sample.token_ids
-        if len(ids) and (int(ids.max()) >= vocab or int(ids.min()) < 0):
-            bad = int(ids.max()) if int(ids.max()) >= vocab else int(ids.min())
+        outside = ids[(ids >= vocab) | (ids < 0)]
+        if len(outside):
+            bad = int(outside[0])
             raise EvaluationError(
                 f"accuracy log {log_path}: qsl_idx {sample.qsl_idx} holds token id {bad}, outside "
                 f"the tokenizer's vocabulary of {vocab}: pass --tokenizer the model's own "

@@ -88,8 +88,8 @@ OFFLINE_SLACK = 1.1  # LoadGen sizes the Offline query as max(min_query_count, 1
 
 def whole_passes(n: int, size: int) -> int:
     """n rounded up to whole passes over `size` loaded samples, as LoadGen pads in equal issue
-    mode (sample_concatenate_permutation)."""
-    return -(-n // size) * size
+    mode (sample_concatenate_permutation); n itself where no size is known (size <= 0)."""
+    return -(-n // size) * size if size > 0 else n
 
 
 @dataclass(frozen=True)

@@ -217,7 +217,7 @@ def _early_stopping_lines(
     dataset: the 405B at 0.7 QPS over 8,313 samples runs 3.3 h), a comment says so."""
     need = EARLY_STOPPING_MIN_QUERIES
     by_time = math.floor(target * min_duration_s) + 1  # as issue_plan counts them
-    issued = whole_passes(by_time, loaded) if loaded > 0 else by_time
+    issued = whole_passes(by_time, loaded)
     for line in parse_lines(base):
         if line.key in (f"{lg_model}.Server.min_query_count", "*.Server.min_query_count"):
             with contextlib.suppress(TypeError, ValueError):
@@ -230,7 +230,7 @@ def _early_stopping_lines(
             f"# {target:g} QPS for {min_duration_s:g} s issues about {issued:,} queries "
             f"({passes}): the run lasts about {issued / target:,.0f} s"
         ]
-    queries = whole_passes(need, loaded) if loaded > 0 else need
+    queries = whole_passes(need, loaded)
     return [
         f"# min_query_count {need}: LoadGen's early stopping certifies a p99 only from "
         f"{EARLY_STOPPING_MIN_QUERIES} queries (one of them over a limit); {target:g} QPS x "

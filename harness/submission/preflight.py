@@ -63,9 +63,9 @@ class EffectiveSettings:
         """n padded to whole passes over the performance set, as LoadGen does in equal issue
         mode (sample_concatenate_permutation)."""
         size = self.loaded_samples or self.performance_sample_count
-        if not self.sample_concatenate_permutation or size <= 0:
+        if not self.sample_concatenate_permutation:
             return n
-        return whole_passes(max(n, 1), size)
+        return whole_passes(max(n, 1), size) if size > 0 else n
 
     @property
     def server_queries(self) -> int:

@@ -437,8 +437,6 @@ class Sweep:
         base_row = self.run_config(base_spec, self.opt.kind)
         outs = self.repeats["baseline"]
         self.baseline = outs[0] if outs and outs[0].status == "ok" else None
-        if self.opt.kind == "stacked":
-            self.final_stack = []
         self._add(base_row)
         if self.opt.kind == "isolation":
             for i, knob in enumerate(self.plan.knobs, start=1):
