@@ -67,6 +67,7 @@ def test_405b_mix_profile_lengths(tmp_path):
     assert max(ins) == 20000 and min(ins) >= 100  # the mix's longest prompts, clipped there
     assert sum(ins) / len(ins) == pytest.approx(9400, abs=1)
     assert sum(outs) / len(outs) == pytest.approx(684.68, abs=0.05) and max(outs) <= 2000
+    assert min(outs) == 2  # a Server run's TPOT needs two tokens: `run` refuses a one-token row
     # --input-max / --input-mean: a CPU dry run's short prompts from the same profile
     small = tmp_path / "small.json"
     pd_.main(["--profile", "longmix", "--model", str(MODEL_405B), "--out", str(small),
