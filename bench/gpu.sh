@@ -16,7 +16,7 @@
 #   bench/gpu.sh tp2-70b   (2 GPUs) Llama-2-70B FP8, TP 2, via `mlperf-vllm run`
 #   bench/gpu.sh tp8-405b  (8 GPUs) Llama-3.1-405B FP8, TP 8, the 405B mix's length profile
 #                          (bench/models/llama31_405b_dummy: 126 layers, hidden 16384, 128/8 heads),
-#                          N405 samples (default the benchmark's 8,313: start it with `detach`)
+#                          N405 samples (default 800, ~20 minutes: start it with `detach`)
 #   bench/gpu.sh offline-405b [run args]  one GPU: the 405B's width at 16 layers (one TP 8 GPU's
 #                          share, bench/models/llama31_405b_16l) on the mix's length profile; MODE=
 #                          accuracy: the accuracy log, scored on a CPU machine (the part's header)
@@ -297,11 +297,12 @@ case "${1:-all}" in
     cli_offline 8b_fp8_dp2 "$MODEL" 870 128 "${FP8[@]}" --data-parallel-size 2
     cli_offline 8b_fp8_tp2 "$MODEL" 870 128 "${FP8[@]}" --tensor-parallel-size 2 ;;
   tp8-405b)  # 8 GPUs: Llama-3.1-405B FP8 + FP8 KV, TP 8, on the mix's length profile (as
-    # offline-405b), N405 samples (default the benchmark's 8,313 in one query: longer than a
-    # call, so `bash bench/gpu.sh detach tp8-405b`, then `WAIT=540 bash bench/gpu.sh collect` in
-    # the calls after; MIN_MS=600000 with fewer samples for a 600 s run); engine flags $STACK
+    # offline-405b), N405 samples in one query (default 800: ~20 minutes at the ~0.6-0.75/s the
+    # one-H200 stand-in forecasts, inside a lent machine's 30; the benchmark's 8,313 take 3-4
+    # hours, an owned machine's run): longer than a call, so `bash bench/gpu.sh detach
+    # tp8-405b`, then `WAIT=540 bash bench/gpu.sh collect` in the calls after; engine flags $STACK
     shift; offline_405b "405b_fp8_tp8" "${MODEL405:-bench/models/llama31_405b_dummy}" \
-      "${N405:-8313}" --tensor-parallel-size 8 "$@" ;;
+      "${N405:-800}" --tensor-parallel-size 8 "$@" ;;
   offline-405b)  # one GPU: the 405B's full width at 16 layers (bench/models/llama31_405b_16l:
     # one TP 8 GPU's share of the real model, bench/memory_plan.py), FP8 + FP8 KV, on the 405B
     # mix's length profile (PROFILE longmix of bench/profile_dataset.py: prompts to 20,000
