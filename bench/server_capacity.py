@@ -63,6 +63,11 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--random-prompts", type=int, metavar="MEAN_LEN")
     p.add_argument("--max-tokens", type=int, default=None)
     p.add_argument("--ignore-eos", action="store_true")
+    p.add_argument(
+        "--output-lengths",
+        metavar="COLUMN",
+        help="each sample's output length from this dataset column (with --ignore-eos), as run",
+    )
     p.add_argument("--ttft-ms", type=float, help="override the scenario's TTFT limit")
     p.add_argument("--tpot-ms", type=float, help="override the scenario's TPOT limit")
     p.add_argument("--engine-arg", action="append", default=[], metavar="KEY=VALUE")
@@ -85,6 +90,7 @@ def start_engine(args, work: Path, overrides: dict, logs: Path | None = None):
         progress=False,
         max_tokens=args.max_tokens,
         ignore_eos=args.ignore_eos,
+        output_lengths=args.output_lengths,
     )
     prep = prepare(req)
     eng = TrialEngine(prep, logs or work / "logs", ttft_ms=args.ttft_ms, tpot_ms=args.tpot_ms)

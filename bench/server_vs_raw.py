@@ -86,14 +86,14 @@ async def poisson_stream(
 ):
     """Raw side: arrivals straight into the SUT's engine; returns (samples, gauges). `replay`:
     arrival offsets (s) to repeat, LoadGen's own from the SUT's test at this rate."""
-    engine, params = sut._engine, sut._params_of.base
+    engine, params_of = sut._engine, sut._params_of  # each sample's own max_tokens
     make_prompt = sut._prompt_type
     rng = random.Random(seed)
     samples: list[tuple[float, float, float, int]] = []
     gauges: list[tuple[float, int, int, int]] = []
     counts = {"issued": 0, "done": 0}
 
-    async def one(i: int, prompt: list[int], issued: float) -> None:
+    async def one(i: int, prompt: list[int], params: Any, issued: float) -> None:
         # `issued` is the arrival's scheduled time, as LoadGen counts it: a loop too busy to
         # start the request on time shows in its TTFT, not in a lower arrival rate.
         first, n = 0.0, 0
@@ -128,7 +128,8 @@ async def poisson_stream(
         if delay > 0:
             await asyncio.sleep(delay)
         counts["issued"] += 1
-        tasks.append(asyncio.create_task(one(i, prompts[rng.randrange(len(prompts))], due)))
+        j = rng.randrange(len(prompts))
+        tasks.append(asyncio.create_task(one(i, prompts[j], params_of(j), due)))
     await asyncio.gather(*tasks)
     stop.set()
     await gauge_task
@@ -158,6 +159,7 @@ def judge(samples, gauges, qps, ttft_ms, tpot_ms, p99s=None) -> dict[str, Any]:
         "backlog_end": verdict.backlog_end,
         "kept_up": verdict.kept_up,
         "samples": len(samples),
+        "output_tokens_mean": sum(s[3] for s in samples) / max(1, len(samples)),
         "passed": not reasons,
         "reasons": reasons,
     }

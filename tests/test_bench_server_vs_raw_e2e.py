@@ -19,11 +19,16 @@ pytestmark = pytest.mark.e2e
 
 def test_both_sides_run_on_one_engine_per_policy(tiny_model, tiny_dataset, tmp_path):
     out = tmp_path / "vs.json"
+    # Each sample's output length from a column (a weights-free run's benchmark profile): both
+    # sides generate it, not --max-tokens, so their TPOTs see the same short outputs.
+    rows = json.loads(tiny_dataset.read_text())
+    data = tmp_path / "with_lengths.json"
+    data.write_text(json.dumps([{**r, "out_len": 6} for r in rows]))
     proc = subprocess.run(
         [sys.executable, "bench/server_vs_raw.py", "--model", str(tiny_model)]
-        + ["--dataset", str(tiny_dataset), "--rates", "12", "--duration-s", "8"]
-        + ["--max-tokens", "16", "--policies", "0,64x2", "--sut-policies", "64x2"]
-        + ["--json", str(out)],
+        + ["--dataset", str(data), "--rates", "12", "--duration-s", "8"]
+        + ["--max-tokens", "16", "--ignore-eos", "--output-lengths", "out_len"]
+        + ["--policies", "0,64x2", "--sut-policies", "64x2", "--json", str(out)],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -41,6 +46,7 @@ def test_both_sides_run_on_one_engine_per_policy(tiny_model, tiny_dataset, tmp_p
         assert r["samples"] >= 80, (policy, side, r)  # 12/s for 8 s, every one answered
         assert r["ttft_p99_ms"] is not None and r["tpot_p99_ms"] is not None, r
         assert r["kept_up"] in (True, False, None) and isinstance(r["passed"], bool), r
+        assert r["output_tokens_mean"] == 6, (policy, side, r["output_tokens_mean"])
     # Beside the SUT the raw side replays LoadGen's own arrivals (the same count, so the same
     # realized rate); alone it draws a Poisson stream of exactly its count. Both print it.
     both, alone = runs[("64x2", "raw")], runs[("0x1", "raw")]
