@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # machine 2: the 405B-width accuracy log, then Server trials on one engine (our SUT under LoadGen)
-cd "$(dirname "$0")/.."
+# It ran as .gpu-stage/job405*.sh on the device; from here it runs at the repository root.
+cd "$(dirname "$0")/../../.."
 source .gpu-stage/bin/env.sh
 export PYTHONPATH=$PWD:$PYTHONPATH VLLM_LOGGING_LEVEL=WARNING
 STACK="--max-num-seqs 256 --max-num-batched-tokens 2048" MODE=accuracy N405=24 bash bench/gpu.sh offline-405b
