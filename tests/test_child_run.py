@@ -14,7 +14,7 @@ from harness.run.child import ChildRun, run_in_child
 from harness.run.result import RESULT_FILE
 
 # ChildRun fields that are not `run` flags: how the child is started, not what it runs.
-NOT_FLAGS = {"extra_args", "env", "timeout_s", "timeout_flag"}
+NOT_FLAGS = {"extra_args", "env", "timeout_s", "timeout_flag", "command"}
 
 
 def test_the_flags_it_writes_are_the_ones_run_reads(tmp_path):
@@ -67,6 +67,45 @@ def test_the_flags_it_writes_are_the_ones_run_reads(tmp_path):
     assert args.no_mlflow and args.no_progress and args.allow_pickle
     assert extra == ["--max-num-batched-tokens", "512"]
     assert child.describe().startswith("mlperf-vllm run --benchmark llama3_1-8b ")
+
+
+def test_a_calibrate_child_hands_its_run_flags_to_every_trial(tmp_path):
+    """A capacity sweep's repeat is `mlperf-vllm calibrate` with a run's flags: calibrate takes
+    its own (benchmark, data, output, --trials) and each trial runs with the rest."""
+    from harness.cli import build_parser
+    from harness.cli.calibrate import calibrate_request
+
+    (tmp_path / "user.conf").write_text("")
+    child = ChildRun(
+        benchmark="llama3_1-8b",
+        scenario="Server",
+        mode="performance",
+        model=tmp_path / "model",
+        dataset=tmp_path / "data.json",
+        output=tmp_path / "out",
+        user_conf=tmp_path / "user.conf",
+        max_tokens=16,
+        ignore_eos=True,
+        warmup_samples=4,
+        engine_args=("max_num_seqs=8",),
+        extra_args=("--trials", "3", "--trial-s", "7.5"),
+        command="calibrate",
+    )
+    argv = child.argv()
+    assert argv[1:4] == ["-m", "harness.cli", "calibrate"]
+    args, extra = build_parser().parse_known_args(argv[3:])
+    assert (args.command, args.scenario, args.trials, args.trial_s) == (
+        "calibrate",
+        "Server",
+        3,
+        7.5,
+    )
+    assert args.output == tmp_path / "out" and args.user_conf == tmp_path / "user.conf"
+    trial = calibrate_request(args, extra).run_template
+    assert trial is not None and trial.output == tmp_path / "out" / "trials"
+    assert (trial.max_tokens, trial.ignore_eos, trial.warmup_samples) == (16, True, 4)
+    assert trial.engine_overrides["max_num_seqs"] == 8 and trial.mode == "performance"
+    assert child.describe().startswith("mlperf-vllm calibrate --benchmark llama3_1-8b ")
 
 
 def test_a_failed_child_comes_back_as_its_error_line(tmp_path):

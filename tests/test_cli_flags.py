@@ -90,6 +90,8 @@ def test_every_sweep_flag_reaches_its_option():
         *("sweep", "plan.txt", "--kind", "stacked", "--repeats", "3", "--accuracy"),
         *("--output", "o", "--resume", "--keep-all", "--noise-floor", "0.05"),
         *("--price-per-hour", "2.5", "--config-timeout", "600", "--stall-timeout", "30"),
+        *("--figure", "capacity", "--trials", "3", "--trial-s", "7.5"),
+        *("--measure-samples", "1000000"),
     )
     opts = sweep_options(args)
     assert opts == SweepOptions(
@@ -103,6 +105,9 @@ def test_every_sweep_flag_reaches_its_option():
         config_timeout_s=600.0,
         price_per_hour=2.5,
         stall_timeout_s=30.0,
+        figure="capacity",
+        # calibrate's own flags, as it parses them (an int never written as 1e+06)
+        calibrate_args=("--trials", "3", "--trial-s", "7.5", "--measure-samples", "1000000"),
     )
     assert _non_defaults(opts, SweepOptions()) == {f.name for f in dataclasses.fields(opts)}
     args, _ = _parse("sweep", "plans/x.txt")

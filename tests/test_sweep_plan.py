@@ -583,7 +583,7 @@ def test_two_repeats_by_default_and_the_noise_band_is_reported(tmp_path):
 
 
 def test_price_per_hour_reaches_every_run_and_the_rows(tmp_path):
-    from harness.sweep.execute import child_run
+    from harness.sweep.repeat import child_run
 
     plan = _stack_plan(tmp_path)
     opts = SweepOptions(output=tmp_path / "out", repeats=1, price_per_hour=2.0, stall_timeout_s=9)
@@ -607,7 +607,7 @@ def test_price_per_hour_reaches_every_run_and_the_rows(tmp_path):
 
 
 def test_sut_option_knobs_reach_the_run_and_are_guarded(tmp_path):
-    from harness.sweep.execute import child_run
+    from harness.sweep.repeat import child_run
 
     plan = parse_plan(
         _plan(
@@ -661,7 +661,7 @@ def test_bad_sut_knobs(tmp_path, body, match):
 
 
 def test_weights_free_output_settings_reach_every_run_and_the_signature(tmp_path):
-    from harness.sweep.execute import child_run
+    from harness.sweep.repeat import child_run
 
     plan = parse_plan(
         _plan(
@@ -722,3 +722,31 @@ def test_a_server_sweep_says_its_figure_does_not_rank_capacity(tmp_path):
     )
     write_reports(tmp_path / "o" / "out", "isolation", offline, [], {})
     assert "Figure (" not in (tmp_path / "o" / "out" / "sweep.md").read_text()
+
+
+@pytest.mark.parametrize(
+    "scenario, options, match",
+    [
+        ("Offline", {"figure": "capacity"}, "--figure capacity is a Server or Interactive figure"),
+        ("Offline", {"calibrate_args": ("--trials", "3")}, "a capacity sweep's"),
+        ("Server", {"figure": "capacity", "calibrate_args": ()}, None),
+        ("Server", {"figure": "tokens", "calibrate_args": ("--trials", "3")}, "a capacity sweep's"),
+        ("Server", {"figure": "fastest"}, "unknown --figure 'fastest'"),
+    ],
+)
+def test_a_capacity_figure_fits_the_plan_before_anything_runs(tmp_path, scenario, options, match):
+    from harness.errors import UsageError
+    from harness.sweep.execute import resolve_figure, run_sweep
+    from harness.tracking import TrackingConfig
+
+    path = _plan(tmp_path, "knob a --engine-arg max_num_seqs=8\n")
+    path.write_text(path.read_text().replace("scenario Offline", f"scenario {scenario}"))
+    out = tmp_path / "out"
+    opts = SweepOptions(output=out, repeats=1, **options)
+    if match is None:  # fits: "auto" resolves to it too, for a Server plan
+        auto = resolve_figure(parse_plan(path), SweepOptions(output=out))
+        assert opts.figure == auto.figure == "capacity"
+        return
+    with pytest.raises(UsageError, match=match):
+        run_sweep(path, opts, TrackingConfig(uri="", enabled=False), runner=FakeRunner({}))
+    assert not out.exists()  # refused before the sweep folder or any engine

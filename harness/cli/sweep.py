@@ -72,6 +72,24 @@ def add_sweep_arguments(p: Any) -> None:
         "process group is ended)",
     )
     p.add_argument(
+        "--figure",
+        default="auto",
+        choices=("auto", "tokens", "capacity"),
+        help="what ranks the configs: tokens = each run's tokens/s; capacity (Server / "
+        "Interactive) = the highest target QPS a `calibrate` search on the config's one engine "
+        "passes (trials judged by the p99 limits and the engine keeping up); auto (default): "
+        "capacity for a Server or Interactive plan, else tokens",
+    )
+    p.add_argument("--trials", type=int, help="capacity: trials per search (calibrate's --trials)")
+    p.add_argument(
+        "--trial-s", type=float, help="capacity: seconds per trial (calibrate's --trial-s)"
+    )
+    p.add_argument(
+        "--measure-samples",
+        type=int,
+        help="capacity: samples of the Offline test that caps each search (calibrate's)",
+    )
+    p.add_argument(
         "--stall-timeout",
         type=float,
         metavar="S",
@@ -84,7 +102,15 @@ def add_sweep_arguments(p: Any) -> None:
 def sweep_options(args: Any) -> SweepOptions:
     """The flags as the sweep's options (the output folder defaults by plan and kind)."""
     output = args.output or Path("runs/sweeps") / f"{Path(args.plan).stem}-{args.kind}"
-    return request_from_flags(SweepOptions, args, output=output)
+    cal: list[str] = []
+    for flag, value in (
+        ("--trials", args.trials),
+        ("--trial-s", args.trial_s),
+        ("--measure-samples", args.measure_samples),
+    ):
+        if value is not None:
+            cal += [flag, str(value) if isinstance(value, int) else f"{value:g}"]
+    return request_from_flags(SweepOptions, args, output=output, calibrate_args=tuple(cal))
 
 
 def cmd_sweep(args: Any) -> int:

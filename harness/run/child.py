@@ -1,5 +1,7 @@
 """One `mlperf-vllm run` in a child process, its typed result back: the one door for every
-caller that starts runs (calibration trials, sweep repeats, a confirmation run).
+caller that starts runs (calibration trials, sweep repeats, a confirmation run), and for a
+capacity sweep's `mlperf-vllm calibrate` (the same flags: calibrate hands those it does not
+know to each of its runs).
 
 Why a child process: LoadGen reads mlperf.conf once per process, and a crashing engine must
 not take its caller with it. The child runs in its own process group under its time limit
@@ -49,6 +51,7 @@ class ChildRun:
     env: tuple[tuple[str, str], ...] = ()  # set in the child's environment only
     timeout_s: float | None = None  # wall clock; the whole process group is ended after it
     timeout_flag: str = "its time limit"  # the caller's name for timeout_s, for messages
+    command: str = "run"  # or "calibrate": it writes calibration.json, not result.json
 
     def run_flags(self) -> list[str]:
         """The `run` command's arguments (after `mlperf-vllm run`)."""
@@ -81,11 +84,11 @@ class ChildRun:
 
     def argv(self) -> list[str]:
         """The child's command line: this interpreter, so the child runs the same install."""
-        return [sys.executable, "-m", "harness.cli", "run", *self.run_flags()]
+        return [sys.executable, "-m", "harness.cli", self.command, *self.run_flags()]
 
     def describe(self) -> str:
         """The command as a user would type it."""
-        return shlex.join(["mlperf-vllm", "run", *self.run_flags()])
+        return shlex.join(["mlperf-vllm", self.command, *self.run_flags()])
 
 
 @dataclass(frozen=True)
@@ -141,6 +144,8 @@ def run_in_child(child: ChildRun) -> ChildOutcome:
     error = None
     if rc == EXIT_TIMEOUT:
         error = _timeout_line(child)
+    elif child.command != "run":  # calibrate: its exit status says it all
+        error = failure_line(log_path.read_text(errors="replace")) if rc != 0 else None
     elif rc != 0 or result is None or result.status != "completed":
         log_text = log_path.read_text(errors="replace")
         error = failure_line(log_text, result.error if result is not None else None)

@@ -247,6 +247,26 @@ def sut_options(prep: PreparedRun) -> dict[str, Any]:
     return out
 
 
+def run_identity(prep: PreparedRun) -> dict[str, Any]:
+    """What a run records of what it runs (result.json fields): the benchmark, model, data,
+    engine args as asked, sampling, engine environment and SUT options. A sweep compares
+    these across configs; a calibration records them for its one engine."""
+    req = prep.request
+    return {
+        "benchmark": prep.bench.name,
+        "loadgen_model": prep.loadgen_model,
+        "scenario": req.scenario,
+        "model": str(req.model),
+        "dataset": str(req.dataset),
+        "dataset_sha256": file_sha256(req.dataset),
+        "user_conf": str(req.user_conf) if req.user_conf else None,
+        "engine_args": prep.engine_config.describe(),
+        "sampling": prep.sampling,
+        "env_vars": engine_env_vars(),
+        "sut_options": sut_options(prep),
+    }
+
+
 def _uses_offline_sut(req: RunRequest, engine_config: Any) -> bool:
     """Offline on one engine runs `vllm.LLM`; everything else `AsyncLLM` (see build_sut)."""
     return (
@@ -322,20 +342,10 @@ def run(
     result_path = out / RESULT_FILE
     result = RunResult(
         status="running",
-        benchmark=prep.bench.name,
-        loadgen_model=prep.loadgen_model,
-        scenario=req.scenario,
+        **run_identity(prep),
         mode=req.mode,
-        model=str(req.model),
-        dataset=str(req.dataset),
-        dataset_sha256=file_sha256(req.dataset),
         dataset_size=prep.dataset.size,
-        user_conf=str(req.user_conf) if req.user_conf else None,
         audit_config=str(req.audit_config) if req.audit_config else None,
-        engine_args=prep.engine_config.describe(),
-        sampling=prep.sampling,
-        env_vars=engine_env_vars(),
-        sut_options=sut_options(prep),
         warnings=list(prep.warnings),
         versions=installed_versions(RUN_VERSION_DISTS),
         started_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),

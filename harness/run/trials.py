@@ -30,11 +30,12 @@ from harness.run.runner import (
     add_latency_fields,
     build_sut,
     loadgen_still_running,
+    run_identity,
     run_loadgen_test,
 )
 from harness.run.settings import audit_path_for, build_log_settings
 from harness.run.timeline import judge_sustained, judge_trial, write_timeline
-from sut.engine import describe_error
+from sut.engine import describe_error, resolved_engine_args
 
 
 @dataclass
@@ -213,6 +214,12 @@ class TrialEngine:
         )
         self.trials.append(result)
         return result
+
+    def run_record(self) -> dict[str, Any]:
+        """What this engine runs, as a run's result.json records it (run_identity), with the
+        engine args as the engine resolved them."""
+        resolved = resolved_engine_args(getattr(self.sut, "vllm_config", None))
+        return {**run_identity(self.prep), "engine_resolved_args": resolved}
 
     def close(self) -> None:
         if loadgen_still_running():

@@ -82,6 +82,7 @@ def calibrate_server(
 
         start = req.start_qps or 0.9 * ceiling
         best, _ = bounded_search(measure, start, ceiling, req.trials, req.precision)
+        run = eng.run_record()
     finally:
         eng.close()
     trials = eng.trials
@@ -97,6 +98,7 @@ def calibrate_server(
         "trials": [t.to_dict() for t in trials],
         "highest_passing_qps": best,
         "backoff": req.backoff,
+        "run": run,  # the engine's args (asked and resolved), data, sampling, environment
         "written_qps": None,
     }
     if best is None:

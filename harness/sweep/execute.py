@@ -38,17 +38,15 @@ from __future__ import annotations
 import functools
 import itertools
 import json
-import os
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from harness.errors import UsageError
-from harness.run.child import RUN_LOG, ChildOutcome, ChildRun, failure_line, run_in_child
+from harness.run.child import RUN_LOG
 from harness.run.cost import usd_per_million_tokens
-from harness.run.result import RunResult
 from harness.sweep.plan import (
     CONFIG_FILE,
     KINDS,
@@ -62,120 +60,21 @@ from harness.sweep.plan import (
     parse_plan,
     plan_settings,
 )
-from harness.sweep.report import ConfigRow, figure_note, write_reports
-from harness.sweep.stats import RepeatOutcome, confounding, no_op, noise_verdict, rel_spread
-
-# --------------------------------------------------------------------------- one repeat
-
-
-def _recorded(result: RunResult, name: str) -> Any:
-    """A field as the run recorded it; None when its result.json does not hold it."""
-    return getattr(result, name) if result.has(name) else None
-
-
-def _fingerprint(result: RunResult) -> dict[str, Any]:
-    """Everything besides the engine args that must be equal across the configs of a sweep."""
-    perf = result.performance or {}
-    return {
-        "benchmark": _recorded(result, "benchmark"),
-        "scenario": _recorded(result, "scenario"),
-        "model": _recorded(result, "model"),
-        "dataset_sha256": _recorded(result, "dataset_sha256"),
-        "user_conf": _recorded(result, "user_conf"),
-        "sampling": _recorded(result, "sampling"),
-        # SUT options (offline order, warm-up); absent before they were recorded
-        **({"sut_options": result.sut_options} if result.has("sut_options") else {}),
-        "loadgen": {
-            k: v for k, v in (perf.get("settings") or {}).items() if k.startswith("effective_")
-        },
-    }
-
-
-def repeat_outcome(ran: ChildOutcome) -> RepeatOutcome:
-    """A repeat's outcome from its child run: result.json, and the log where it failed."""
-    result = ran.result or RunResult(loaded_keys=frozenset())
-    perf = result.performance or {}
-    acc = result.accuracy or {}
-    accuracy = acc.get("verdict")
-    if accuracy is None and acc.get("evaluation_error"):
-        accuracy = f"error: {acc['evaluation_error']}"
-    outcome = RepeatOutcome(
-        status="ok",
-        tokens_per_second=perf.get("tokens_per_second"),
-        validity=perf.get("validity"),
-        accuracy=accuracy,
-        engine_args=dict(result.engine_args or {}),
-        resolved=dict(result.engine_resolved_args or {}),
-        fingerprint=_fingerprint(result),
-        env_vars=_recorded(result, "env_vars"),
-        output=str(ran.child.output),
-        wall_s=ran.wall_s,
-    )
-    if not ran.ok or not perf:
-        outcome.status = "failed"
-        outcome.error = ran.error or failure_line(ran.log_text(), result.error)
-    return outcome
-
-
-def child_run(
-    plan: Plan,
-    spec: ConfigSpec,
-    out: Path,
-    mode: str,
-    timeout_s: float | None = None,
-    *,
-    price_per_hour: float | None = None,
-    stall_timeout_s: float | None = None,
-) -> ChildRun:
-    """The `mlperf-vllm run` of one repeat of a config: the plan's settings, the config's
-    engine arguments, SUT options and environment."""
-    env = dict(spec.env)
-    sut = dict(spec.sut)
-    return ChildRun(
-        benchmark=plan.benchmark,
-        scenario=plan.scenario,
-        mode=mode,
-        model=plan.model,
-        dataset=plan.dataset,
-        output=out,
-        user_conf=plan.user_conf,
-        max_tokens=plan.max_tokens,
-        ignore_eos=plan.ignore_eos,
-        output_lengths=plan.output_lengths,
-        nltk_data=env.get("NLTK_DATA", os.environ.get("NLTK_DATA")),
-        stall_timeout_s=stall_timeout_s,
-        price_per_hour=price_per_hour,
-        offline_order=sut.get("offline_order"),
-        warmup_samples=int(sut["warmup_samples"]) if "warmup_samples" in sut else None,
-        engine_args=spec.engine_args,
-        env=spec.env,
-        timeout_s=timeout_s,
-        timeout_flag="--config-timeout",
-    )
-
-
-def run_repeat(
-    plan: Plan,
-    spec: ConfigSpec,
-    out: Path,
-    mode: str,
-    timeout_s: float | None = None,
-    *,
-    price_per_hour: float | None = None,
-    stall_timeout_s: float | None = None,
-) -> RepeatOutcome:
-    """One repeat as a child run (harness.run.child); its output goes to OUT/run.log."""
-    (out / REPEAT_FILE).unlink(missing_ok=True)
-    child = child_run(
-        plan,
-        spec,
-        out,
-        mode,
-        timeout_s,
-        price_per_hour=price_per_hour,
-        stall_timeout_s=stall_timeout_s,
-    )
-    return repeat_outcome(run_in_child(child))
+from harness.sweep.repeat import (
+    CAPACITY_VALIDITY,
+    FIGURES,
+    run_capacity_repeat,
+    run_repeat,
+)
+from harness.sweep.report import ConfigRow, figure_label, figure_note, write_reports
+from harness.sweep.stats import (
+    RepeatOutcome,
+    confounding,
+    figure_of,
+    no_op,
+    noise_verdict,
+    rel_spread,
+)
 
 
 @dataclass(frozen=True)
@@ -190,6 +89,19 @@ class SweepOptions:
     config_timeout_s: float | None = None
     price_per_hour: float | None = None  # passed to every run; rows carry $/Mtok
     stall_timeout_s: float | None = None  # each repeat's --stall-timeout (None: run's default)
+    # "tokens": a run's tokens/s; "capacity" (Server / Interactive): the highest target a
+    # `calibrate` search on the config's one engine passed, with these calibrate flags;
+    # "auto": capacity for a Server or Interactive plan, else tokens
+    figure: str = "auto"
+    calibrate_args: tuple[str, ...] = ()
+
+
+def resolve_figure(plan: Plan, options: SweepOptions) -> SweepOptions:
+    """The options with "auto" resolved: capacity for a Server / Interactive plan."""
+    if options.figure != "auto":
+        return options
+    server_like = plan.scenario in ("Server", "Interactive")
+    return replace(options, figure="capacity" if server_like else "tokens")
 
 
 RepeatRunner = Callable[[Plan, ConfigSpec, Path, str, "float | None"], RepeatOutcome]
@@ -206,13 +118,20 @@ class Sweep:
         runner: RepeatRunner | None = None,
     ) -> None:
         self.plan = plan
-        self.opt = options
+        self.opt = options = resolve_figure(plan, options)
         if parent is None:  # no tracking: a disabled run whose methods do nothing
             from harness.tracking import TrackedRun, TrackingConfig
 
             parent = TrackedRun(TrackingConfig(uri="", enabled=False))
         self.parent = parent
-        if runner is None:  # each repeat a child run, with the options every run takes
+        if runner is None and options.figure == "capacity":  # each repeat a calibrate child
+            runner = functools.partial(
+                run_capacity_repeat,
+                calibrate_args=options.calibrate_args,
+                price_per_hour=options.price_per_hour,
+                stall_timeout_s=options.stall_timeout_s,
+            )
+        elif runner is None:  # each repeat a child run, with the options every run takes
             runner = functools.partial(
                 run_repeat,
                 price_per_hour=options.price_per_hour,
@@ -232,6 +151,8 @@ class Sweep:
         out = self.opt.output / spec.dirname / f"rep{i + 1}"
         mode = "both" if (self.opt.accuracy and i == 0) else "performance"
         sig = spec.signature(self.plan, self.opt.accuracy) + f"/{mode}"
+        if self.opt.figure == "capacity":
+            sig += "/capacity " + " ".join(self.opt.calibrate_args)
         if self.opt.resume and (out / REPEAT_FILE).is_file():
             try:
                 stored = RepeatOutcome(**json.loads((out / REPEAT_FILE).read_text()))
@@ -306,7 +227,11 @@ class Sweep:
         )
         print(
             f"sweep: {spec.name}: {row.status}"
-            + (f" {row.tps_median:.1f} tok/s" if row.tps_median is not None else "")
+            + (
+                f" {row.tps_median:.1f} {figure_label(self.opt.figure)}"
+                if row.tps_median is not None
+                else ""
+            )
             + (f" ({row.error})" if row.error else ""),
             flush=True,
         )
@@ -320,16 +245,13 @@ class Sweep:
         noop_ref: tuple[RepeatOutcome | None, Sequence[Knob]] = (None, ()),
     ) -> None:
         row.repeats = len(outcomes)
+        row.figure = figure_label(self.opt.figure)
         failed = [o for o in outcomes if o.status != "ok"]
-        tps = [
-            float(o.tokens_per_second)
-            for o in outcomes
-            if o.status == "ok" and o.tokens_per_second is not None
-        ]
+        tps = [float(v) for o in outcomes if o.status == "ok" and (v := figure_of(o)) is not None]
         row.tps_repeats = tps
         if tps:
             row.tps_median = statistics.median(tps)
-            if self.opt.price_per_hour is not None:
+            if self.opt.price_per_hour is not None and self.opt.figure == "tokens":
                 row.usd_per_million_tokens = usd_per_million_tokens(
                     row.tps_median, self.opt.price_per_hour
                 )
@@ -337,7 +259,10 @@ class Sweep:
             s = rel_spread(tps)
             row.spread_pct = None if s is None else 100 * s
         validities = {o.validity for o in outcomes if o.status == "ok"}
-        row.validity = "VALID" if validities == {"VALID"} else "INVALID" if validities else ""
+        one = next(iter(validities)) if len(validities) == 1 else None
+        row.validity = (
+            one if one in ("VALID", CAPACITY_VALIDITY) else "INVALID" if validities else ""
+        ) or ""
         acc = [o.accuracy for o in outcomes if o.accuracy]
         row.accuracy = acc[0] if acc else ("not run" if not self.opt.accuracy else "")
         if failed:
@@ -385,9 +310,9 @@ class Sweep:
 
     def _tps(self, name: str) -> list[float]:
         return [
-            float(o.tokens_per_second)
+            float(v)
             for o in self.repeats.get(name, [])
-            if o.status == "ok" and o.tokens_per_second is not None
+            if o.status == "ok" and (v := figure_of(o)) is not None
         ]
 
     def _log_child(self, ch: Any, row: ConfigRow, outcomes: list[RepeatOutcome]) -> None:
@@ -402,12 +327,15 @@ class Sweep:
             except Exception as exc:  # the sweep's own numbers below still get logged
                 print(f"warning: MLflow logging of {first.output} failed: {exc}", flush=True)
             ch.log_artifact(Path(first.output) / RUN_LOG)
+        # a capacity sweep's figure is QPS: its own metric names, never mixed with tokens/s
+        fig = "capacity_qps" if self.opt.figure == "capacity" else "tps"
         for i, value in enumerate(row.tps_repeats):
-            ch.log_metrics({"sweep.tokens_per_second_repeat": value}, step=i)
+            name = "capacity_qps" if fig == "capacity_qps" else "tokens_per_second"
+            ch.log_metrics({f"sweep.{name}_repeat": value}, step=i)
         metrics = {
-            "sweep.tps_median": row.tps_median,
-            "sweep.tps_min": row.tps_min,
-            "sweep.tps_max": row.tps_max,
+            f"sweep.{fig}_median": row.tps_median,
+            f"sweep.{fig}_min": row.tps_min,
+            f"sweep.{fig}_max": row.tps_max,
             "sweep.spread_pct": row.spread_pct,
             "sweep.usd_per_million_tokens": row.usd_per_million_tokens,
             "sweep.delta_pct": row.delta_pct,
@@ -575,7 +503,20 @@ def run_sweep(
         raise UsageError("--repeats must be at least 1")
     if options.price_per_hour is not None and options.price_per_hour <= 0:
         raise UsageError("--price-per-hour must be a positive number of dollars, e.g. 3.50")
+    if options.figure not in ("auto", *FIGURES):
+        raise UsageError(f"unknown --figure {options.figure!r}: choose one of {', '.join(FIGURES)}")
     plan = parse_plan(plan_path)
+    options = resolve_figure(plan, options)
+    if options.figure == "capacity" and plan.scenario not in ("Server", "Interactive"):
+        raise UsageError(
+            f"--figure capacity is a Server or Interactive figure; the plan's scenario is "
+            f"{plan.scenario}: leave --figure out (tokens/s) or set `scenario Server`"
+        )
+    if options.calibrate_args and options.figure != "capacity":
+        raise UsageError(
+            "--trials / --trial-s / --measure-samples are a capacity sweep's (a Server or "
+            "Interactive plan): leave them out of this sweep"
+        )
     out = options.output
     if (out / "sweep.json").exists() and not options.resume:
         raise UsageError(
@@ -593,11 +534,13 @@ def run_sweep(
         "keep_all": options.keep_all,
         "noise_floor": options.noise_floor,
         "price_per_hour": options.price_per_hour,
+        "figure": options.figure,
+        "calibrate_args": list(options.calibrate_args),
         **plan_settings(plan, options.accuracy),
         "baseline": plan.baseline.describe(),
         "knobs": {k.name: k.change.describe() for k in plan.knobs},
     }
-    if note := figure_note(plan.scenario):
+    if note := figure_note(plan.scenario, options.figure):
         print(f"sweep: {note.strip()}", flush=True)
     name = f"{options.kind} sweep {plan.path.stem} ({out.name})"
     with tracking.start_parent(

@@ -23,6 +23,7 @@ class ConfigRow:
     change: str
     status: str = "pending"  # ok / failed / confounded / no-op
     repeats: int = 0
+    figure: str = "tokens/s"  # what tps_* hold: tokens/s, or a capacity sweep's QPS
     tps_median: float | None = None
     tps_min: float | None = None
     tps_max: float | None = None
@@ -80,13 +81,18 @@ def _noise_cell(r: ConfigRow) -> str:
     return f"{r.noise_verdict} (band ±{r.noise_band_pct:.1f}%)"
 
 
+def figure_label(figure: str) -> str:
+    """The unit of a sweep's figure (SweepOptions.figure)."""
+    return "capacity QPS" if figure == "capacity" else "tokens/s"
+
+
 def markdown_table(rows: Sequence[ConfigRow], kind: str) -> str:
     priced = any(r.usd_per_million_tokens is not None for r in rows)
     head = [
         "config",
         "change",
         "status",
-        "tok/s median",
+        f"{rows[0].figure if rows else 'tokens/s'} median",
         *(["$/M tokens"] if priced else []),
         "spread %",
         "delta %",
@@ -137,16 +143,27 @@ VALID, accuracy PASS.
 """
 
 
-def figure_note(scenario: str) -> str:
-    """What a config's tokens/s says in this scenario, where it does not rank capacity."""
+def figure_note(scenario: str, figure: str = "tokens") -> str:
+    """What a config's figure says in this scenario: a capacity, or tokens/s at a fixed
+    target that does not rank capacity."""
     if scenario not in ("Server", "Interactive"):
         return ""
+    if figure == "capacity":
+        return (
+            f"Figure ({scenario}): capacity, the highest target QPS that `mlperf-vllm "
+            "calibrate` passed on the config's one engine (short trials judged by the p99 "
+            "limits, early stopping where judgeable and the engine keeping up). Trials are not "
+            "runs of the submission's length: no row is VALID or safe to ship here; ship the "
+            f"chosen config's target from `mlperf-vllm calibrate --scenario {scenario} "
+            "--confirm`.\n"
+        )
     return (
         f"Figure ({scenario}): tokens/s of a run at the user.conf's fixed target_qps. Every "
         "config that keeps up with that target scores about the same, so the delta does not "
         "rank capacity; what a row shows is whether the config holds the target (VALID). A "
         "config's capacity is `mlperf-vllm calibrate --scenario "
-        f"{scenario}` on it (trials on one engine, the sustained rule).\n"
+        f"{scenario}` on it (trials on one engine, the sustained rule), and `--figure "
+        "capacity` makes it this sweep's figure.\n"
     )
 
 
@@ -212,7 +229,7 @@ def write_chart(rows: Sequence[ConfigRow], path: Path, title: str) -> None:
     if base:
         ax.axhline(base, color="grey", linestyle="--", linewidth=1)
     ax.set_xticks(range(len(rows)), [r.config for r in rows], rotation=30, ha="right")
-    ax.set_ylabel("tokens/s (median over repeats)")
+    ax.set_ylabel(f"{rows[0].figure if rows else 'tokens/s'} (median over repeats)")
     ax.set_ylim(0, top * 1.35)
     ax.set_title(title)
     ax.legend(
@@ -251,7 +268,7 @@ def write_reports(
             else "Final stack"
         )
         extra = f"\n{label}: {' + '.join(final_stack or []) or '(baseline)'}\n"
-    note = figure_note(plan.scenario)
+    note = figure_note(plan.scenario, meta.get("figure", "tokens"))
     head = f"{note}\n" if note else ""
     if meta.get("interrupted"):
         head += (

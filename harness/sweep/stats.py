@@ -15,6 +15,7 @@ from harness.sweep.plan import NOISE_FLOOR, SINGLE_RUN, ConfigSpec, Knob
 class RepeatOutcome:
     status: str  # "ok" or "failed"
     tokens_per_second: float | None = None
+    capacity_qps: float | None = None  # a capacity repeat's figure (harness.sweep.repeat)
     validity: str | None = None
     accuracy: str | None = None  # PASS / FAIL / "error: ..." / None (not run)
     error: str | None = None
@@ -28,6 +29,11 @@ class RepeatOutcome:
     signature: str = ""
     # the sweep's shared settings it ran under (plan.plan_settings); None in older sweeps
     settings: dict[str, Any] | None = None
+
+
+def figure_of(o: RepeatOutcome) -> float | None:
+    """The repeat's figure: its capacity (QPS) in a capacity sweep, else its tokens/s."""
+    return o.capacity_qps if o.capacity_qps is not None else o.tokens_per_second
 
 
 # --------------------------------------------------------------------------- verdicts
