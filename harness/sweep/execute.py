@@ -259,10 +259,10 @@ class Sweep:
             s = rel_spread(tps)
             row.spread_pct = None if s is None else 100 * s
         validities = {o.validity for o in outcomes if o.status == "ok"}
-        one = next(iter(validities)) if len(validities) == 1 else None
-        row.validity = (
-            one if one in ("VALID", CAPACITY_VALIDITY) else "INVALID" if validities else ""
-        ) or ""
+        if validities in ({"VALID"}, {CAPACITY_VALIDITY}):  # every repeat the same verdict
+            row.validity = str(validities.pop())
+        else:
+            row.validity = "INVALID" if validities else ""
         acc = [o.accuracy for o in outcomes if o.accuracy]
         row.accuracy = acc[0] if acc else ("not run" if not self.opt.accuracy else "")
         if failed:
@@ -328,10 +328,10 @@ class Sweep:
                 print(f"warning: MLflow logging of {first.output} failed: {exc}", flush=True)
             ch.log_artifact(Path(first.output) / RUN_LOG)
         # a capacity sweep's figure is QPS: its own metric names, never mixed with tokens/s
-        fig = "capacity_qps" if self.opt.figure == "capacity" else "tps"
+        capacity = self.opt.figure == "capacity"
+        fig, each = ("capacity_qps",) * 2 if capacity else ("tps", "tokens_per_second")
         for i, value in enumerate(row.tps_repeats):
-            name = "capacity_qps" if fig == "capacity_qps" else "tokens_per_second"
-            ch.log_metrics({f"sweep.{name}_repeat": value}, step=i)
+            ch.log_metrics({f"sweep.{each}_repeat": value}, step=i)
         metrics = {
             f"sweep.{fig}_median": row.tps_median,
             f"sweep.{fig}_min": row.tps_min,

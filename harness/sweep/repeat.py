@@ -160,7 +160,7 @@ def capacity_outcome(ran: ChildOutcome) -> RepeatOutcome:
     )
     if not ran.ok or best is None or not run:
         outcome.status = "failed"
-        outcome.error = ran.error or failure_line(ran.log_text()) or "no trial passed"
+        outcome.error = ran.error or f"calibrate left no passing target in {path}"
     return outcome
 
 
