@@ -42,6 +42,8 @@
 #                          the best policy at BACKOFF (0.95) x the rate where its SUT p99s reach
 #                          the limits (else its best pass); RUN ARGS (--engine-stats, say) go to
 #                          the confirmation alone, WARMUP=N to its warm-up (the bench has its own)
+#   bench/gpu.sh parallel "PART ARGS" ...  (several GPUs) one part per GPU at once, each in its own
+#                          $OUT/gpuI, TMPDIR and compile caches (the part's header)
 #   bench/gpu.sh detach PART [args]   start a part in its own session (outlives the call; the
 #                          machine must stay held), output under $HOME/gpu-job; `collect` (WAIT=S
 #                          first) prints its progress and copies its files to $OUT (a folder as one .tgz)
@@ -403,9 +405,37 @@ case "${1:-all}" in
       'bash bench/gpu.sh "$@"; echo "exit $?" > "$HOME/gpu-job/done"' _ "$@" \
       > "$job/job.log" 2>&1 < /dev/null &)
     sleep 2; echo "detached: $*; log $job/job.log" ;;
+  parallel)  # several GPUs: one part per GPU at once, each given as one quoted word "[VAR=VALUE
+    # ...] PART [ARGS]" (GPU i runs the i-th); each part writes to $OUT/gpuI (its log part.log) with
+    # its own TMPDIR and compile caches, starts STAGGER_S (default 20) after the one before, and the
+    # exit code is the number of parts that failed. Words split on blanks (no quoting inside a
+    # part, no eval). E.g. a 70B Offline denominator beside two
+    # Server targets: parallel "MIN_MS=600000 N70=6600 offline-70b" "N70=1100 confirm-70b Server 8.85"
+    shift; i=0; pids=()
+    for spec in "$@"; do
+      read -r -a words <<< "$spec"; vars=()
+      while [ ${#words[@]} -gt 0 ] && [[ ${words[0]} =~ ^[A-Z][A-Z0-9_]*= ]]; do
+        vars+=("${words[0]}"); words=("${words[@]:1}"); done
+      d=$OUT/gpu$i; t=${TMPDIR:-/tmp}/gpu$i; mkdir -p "$d" "$t"
+      echo "parallel: GPU $i: ${vars[*]} ${words[*]}" | tee "$d/part.log"
+      env CUDA_VISIBLE_DEVICES=$i OUT="$d" TMPDIR="$t" VLLM_CACHE_ROOT="$t/vllm-cache" \
+        TORCHINDUCTOR_CACHE_DIR="$t/inductor" TRITON_CACHE_DIR="$t/triton" "${vars[@]}" \
+        bash bench/gpu.sh "${words[@]}" >> "$d/part.log" 2>&1 &
+      pids+=($!); i=$((i + 1))
+      [ "$i" -lt $# ] && sleep "${STAGGER_S:-20}"
+    done
+    failed=0; i=0
+    for p in "${pids[@]}"; do
+      wait "$p"; rc=$?; [ "$rc" -ne 0 ] && failed=$((failed + 1))
+      echo "parallel: GPU $i exit $rc"; i=$((i + 1))
+    done
+    exit "$failed" ;;
   collect)
     job=$HOME/gpu-job; sleep "${WAIT:-0}"
     grep -v -E "^(\((EngineCore|Worker|MainProcess)|INFO|DEBUG|WARNING)" "$job/job.log" | tail -n 60
+    for f in "$job"/out/*/part.log; do  # a `parallel` job's parts
+      [ -f "$f" ] && { echo "== $f"; grep -v -E "^(\((EngineCore|Worker|MainProcess)|INFO|DEBUG|WARNING)" "$f" | tail -n 12; }
+    done
     # files as they are; a folder (a sweep's) as one .tgz: the device returns no deep folders
     for f in "$job"/out/*; do
       if [ -d "$f" ]; then
@@ -418,6 +448,6 @@ case "${1:-all}" in
   tune) shift; tune "$@" ;;
   full) shift; name=$1; shift; SAMPLES=13368 cli_offline "full_$name" "$MODEL" 870 128 "$@" ;;
   all) offline bf16; offline fp8 "${FP8[@]}"; server fp8 "${FP8[@]}" "${STACK_ARGS[@]}" ;;
-  *) echo "usage: $0 {offline|offline-bf16|offline-fp8|offline-full|offline-2k|offline-70b|sweep-70b|calibrate-70b|confirm-70b|server|interactive|calibrate-server|calibrate-interactive|scale-8b|tp2-70b|tp8-405b|probe|tune|full|all}" >&2
+  *) echo "usage: $0 {offline|offline-bf16|offline-fp8|offline-full|offline-2k|offline-70b|sweep-70b|calibrate-70b|confirm-70b|parallel|server|interactive|calibrate-server|calibrate-interactive|scale-8b|tp2-70b|tp8-405b|probe|tune|full|all}" >&2
      exit 2 ;;
 esac
