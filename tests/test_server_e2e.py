@@ -53,6 +53,29 @@ TEST06_AUDIT = """\
 """
 
 
+def _batch_limits(engine_args: dict) -> dict[str, tuple[int, int]]:
+    """(max_num_seqs, max_num_batched_tokens) vLLM resolves for these arguments as `LLM`
+    builds an engine ("offline") and as `AsyncLLM.from_engine_args` does by default."""
+    from vllm.engine.arg_utils import AsyncEngineArgs, EngineArgs
+    from vllm.usage.usage_lib import UsageContext
+
+    def limits(config) -> tuple[int, int]:
+        sched = config.scheduler_config
+        return sched.max_num_seqs, sched.max_num_batched_tokens
+
+    saved = dict(os.environ)  # vLLM sets variables while it builds a config
+    try:
+        return {
+            "offline": limits(
+                EngineArgs(**engine_args).create_engine_config(UsageContext.LLM_CLASS)
+            ),
+            "fallback": limits(AsyncEngineArgs(**engine_args).create_engine_config()),
+        }
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
 def _run_args(model, dataset, out, benchmark, scenario, conf, *extra) -> list[str]:
     return run_args(
         model,
@@ -111,6 +134,13 @@ def test_server_run_is_valid_with_many_queries_in_flight(server_run):
         for r in timeline["series"]
     ]
     max_seqs = result["engine_resolved"]["max_num_seqs"]
+    # The line sets no batch limits: the async engine resolved them as `LLM` does for the
+    # same arguments, not to AsyncLLM's own fallback (128 seqs, 2,048 tokens a step), which
+    # differs on this platform too.
+    limits = _batch_limits(result["engine_args"])
+    resolved = result["engine_resolved"]
+    assert (resolved["max_num_seqs"], resolved["max_num_batched_tokens"]) == limits["offline"]
+    assert limits["offline"] != limits["fallback"], limits
     assert max(e[0] for e in engine) >= 2 and all(0 <= e[0] <= max_seqs for e in engine), engine
     assert all(e[1] >= 0 and 0 <= e[2] <= 100 and e[3] >= 0 for e in engine), engine
     assert any(e[2] > 0 for e in engine), engine
