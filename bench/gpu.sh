@@ -117,8 +117,10 @@ keep_run() {  # run folder, tag: its LoadGen summary and detail log, picture and
   cp "$1/performance/mlperf_log_summary.txt" "$OUT/$2_summary.txt" 2>/dev/null
   cp "$1/performance/mlperf_log_detail.txt" "$OUT/$2_detail.txt" 2>/dev/null
   cp "$1/timeline.png" "$OUT/$2_timeline.png" 2>/dev/null
-  cp "$1/result.json" "$OUT/$2_result.json" 2>/dev/null
   cp "$1/accuracy/mlperf_log_accuracy.json" "$OUT/$2_accuracy_log.json" 2>/dev/null
+  # the part's status: whether the run left its result (an Offline run has no timeline and a
+  # performance run no accuracy log; `parallel` counts the parts that failed)
+  cp "$1/result.json" "$OUT/$2_result.json" 2>/dev/null
 }
 
 random_dataset() {  # model, mean input length -> path of a JSON set of $SAMPLES prompts
