@@ -125,3 +125,110 @@ def test_plan_line_names_the_passes_and_the_length():
     )
     s.scenario = lg.TestScenario.SingleStream
     assert issue_plan(s, 2000) is None
+
+
+def test_a_pass_boundary_near_the_schedules_end_may_spill_into_another_pass(tmp_path):
+    """1.5 s at 1,000 QPS brings ~1,500 arrivals (sd ~39): padded to whole passes over 751
+    loaded samples that is 1,502 queries, unless those 1,502 all fall before 1.5 s (about
+    even odds), when LoadGen draws on and pads a third pass. What LoadGen generates is one
+    of the two counts the plan names, and the line says so."""
+    plan, got = _run(tmp_path, "Server", 1000.0, 1500, 100, 751)
+    assert (plan["queries"], plan["spill_queries"]) == (1502, 2253)
+    assert 0.4 < plan["spill_chance"] < 0.6
+    assert got["generated_query_count"] in (plan["queries"], plan["spill_queries"])
+
+
+def test_plan_line_names_a_likely_extra_pass():
+    """The 240 s Server diagnostic of the 70B that planned 2,100 queries and issued 2,800."""
+    import mlperf_loadgen as lg
+
+    from harness.run.settings import issue_plan, spill_chance
+
+    s = lg.TestSettings()
+    s.scenario = lg.TestScenario.Server
+    s.min_duration_ms = 240_000
+    s.min_query_count = 100
+    s.sample_concatenate_permutation = True
+    s.server_target_qps = 8.6
+    plan = issue_plan(s, 700)
+    assert (plan.queries, plan.spill_queries) == (2100, 2800)
+    assert plan.spill_chance == pytest.approx(0.217, abs=0.005)
+    assert plan.line().endswith(
+        "about 244 s; a 22% chance of 2,800 (about 326 s): if those 2,100 arrivals all fall "
+        "before min_duration, LoadGen pads another pass (a few more loaded samples move that "
+        "boundary out)"
+    )
+    # 1,150 loaded samples: 2,300 queries, 5 standard deviations out: no note
+    assert "chance" not in issue_plan(s, 1150).line()
+    # no equal issue, nothing to pad; a boundary far past the arrivals, no chance
+    s.sample_concatenate_permutation = False
+    assert issue_plan(s, 700).spill_chance == 0.0
+    assert spill_chance(1000.0, 2000) < 1e-12
+
+
+_SEEDED = textwrap.dedent("""
+    import json, sys
+    import mlperf_loadgen as lg
+
+    qps, min_ms, min_queries, loaded, outdir = sys.argv[1:6]
+    counts = []
+    for seed in range(1, 13):
+        s = lg.TestSettings()
+        s.scenario = lg.TestScenario.Server
+        s.mode = lg.TestMode.PerformanceOnly
+        s.min_duration_ms = int(min_ms)
+        s.min_query_count = int(min_queries)
+        s.sample_concatenate_permutation = True
+        s.server_target_qps = float(qps)
+        s.performance_sample_count_override = int(loaded)
+        s.schedule_rng_seed = seed
+        sut = lg.ConstructSUT(
+            lambda q: lg.QuerySamplesComplete([lg.QuerySampleResponse(x.id, 0, 0) for x in q]),
+            lambda: None,
+        )
+        qsl = lg.ConstructQSL(int(loaded), int(loaded), lambda i: None, lambda i: None)
+        out = lg.LogOutputSettings()
+        out.outdir = f"{outdir}/{seed}"
+        out.copy_summary_to_stdout = False
+        log = lg.LogSettings()
+        log.log_output = out
+        log.enable_trace = False
+        import os
+        os.makedirs(out.outdir, exist_ok=True)
+        lg.StartTestWithLogSettings(sut, qsl, s, log)
+        lg.DestroyQSL(qsl)
+        lg.DestroySUT(sut)
+        for line in open(f"{out.outdir}/mlperf_log_detail.txt"):
+            if line.startswith(":::MLLOG"):
+                rec = json.loads(line.split(" ", 1)[1])
+                if rec["key"] == "generated_query_count":
+                    counts.append(rec["value"])
+    print(json.dumps(counts))
+""")
+
+
+def _counts_over_seeds(tmp_path, qps, min_ms, min_queries, loaded) -> list[int]:
+    proc = subprocess.run(
+        [sys.executable, "-c", _SEEDED, str(qps), str(min_ms), str(min_queries), str(loaded),
+         str(tmp_path)],
+        capture_output=True, text=True, cwd=REPO, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_a_calibrate_trial_is_one_pass_whatever_the_schedule(tmp_path):
+    """A 0.3 s trial at 1,000 QPS over twelve schedule seeds. Loading just the ~300 its
+    arrivals reach, as trials did, LoadGen padded a second pass for some seeds (a trial twice
+    its length); with `trial_counts`' three standard deviations more, every seed issues one
+    pass of the loaded samples."""
+    from harness.run.trials import trial_counts
+
+    wanted, loaded = trial_counts(1000.0, 0.3, 0, 10_000)
+    assert (wanted, loaded) == (300, 352)
+    assert trial_counts(1000.0, 0.3, 0, 320) == (300, 320)  # what the dataset holds
+    assert trial_counts(1000.0, 0.3, 500, 10_000) == (500, 500)  # min_queries rules
+    old = _counts_over_seeds(tmp_path / "old", 1000.0, 300, wanted, wanted)
+    assert set(old) == {300, 600}, old
+    new = _counts_over_seeds(tmp_path / "new", 1000.0, 300, wanted, loaded)
+    assert new == [loaded] * 12, new

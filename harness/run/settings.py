@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import math
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,6 +108,10 @@ class IssuePlan:
     passes: int | None  # whole passes over the loaded samples (equal issue), else None
     qps: float  # Server target / Offline expected QPS
     seconds: float  # Server: scheduled length of the test; Offline: at the expected QPS
+    # Server, equal issue: the chance that the random schedule places all `queries` before
+    # min_duration, so that LoadGen draws on and pads one more pass, to `spill_queries`
+    spill_chance: float = 0.0
+    spill_queries: int = 0
 
     def line(self) -> str:
         over = (
@@ -115,10 +120,18 @@ class IssuePlan:
             else ""
         )
         if self.scenario == "Server":
-            return (
+            text = (
                 f"LoadGen will issue about {self.queries:,} queries at {self.qps:g} QPS{over}: "
                 f"about {self.seconds:,.0f} s"
             )
+            if self.spill_chance >= SPILL_NOTE:
+                text += (
+                    f"; a {self.spill_chance:.0%} chance of {self.spill_queries:,} "
+                    f"(about {self.spill_queries / self.qps:,.0f} s): if those "
+                    f"{self.queries:,} arrivals all fall before min_duration, LoadGen pads "
+                    "another pass (a few more loaded samples move that boundary out)"
+                )
+            return text
         return (
             f"LoadGen will issue one query of {self.samples:,} samples{over}: about "
             f"{self.seconds:,.0f} s at offline_expected_qps {self.qps:g}"
@@ -132,7 +145,6 @@ def issue_plan(settings, loaded: int) -> IssuePlan | None:
     """The IssuePlan of a performance test with these settings over `loaded` samples (the
     performance sample count after any cap), whatever mode the settings are in now; None for
     scenarios it does not model (SingleStream)."""
-    import math
 
     import mlperf_loadgen as lg
 
@@ -158,7 +170,32 @@ def issue_plan(settings, loaded: int) -> IssuePlan | None:
     if equal:
         queries = whole_passes(queries, loaded)
     passes = queries // loaded if equal else None
-    return IssuePlan("Server", queries, queries, loaded, passes, qps, queries / qps if qps else 0.0)
+    spill = spill_chance(qps * seconds, queries) if equal else 0.0
+    return IssuePlan(
+        "Server",
+        queries,
+        queries,
+        loaded,
+        passes,
+        qps,
+        queries / qps if qps else 0.0,
+        spill_chance=spill,
+        spill_queries=queries + loaded if equal else 0,
+    )
+
+
+SPILL_NOTE = 0.02  # the plan line names the padded count from this chance up
+
+
+def spill_chance(arrivals: float, queries: int) -> float:
+    """The chance that LoadGen draws more than `queries` queries when its Poisson schedule
+    brings `arrivals` of them before min_duration on average: it draws until one falls at or
+    past min_duration, so more than `queries` means `queries` or more arrivals before it
+    (a Poisson count; its normal approximation, continuity-corrected)."""
+    if arrivals <= 0:
+        return 0.0
+    z = (queries - 0.5 - arrivals) / math.sqrt(arrivals)
+    return 0.5 * math.erfc(z / math.sqrt(2))
 
 
 def build_log_settings(outdir: Path, *, trace: bool = False):
