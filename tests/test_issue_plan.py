@@ -19,9 +19,11 @@ _RUN = textwrap.dedent("""
     import mlperf_loadgen as lg
     from harness.run.settings import issue_plan
 
-    scenario, qps, min_ms, min_queries, loaded, equal, outdir = sys.argv[1:8]
+    scenario, qps, min_ms, min_queries, loaded, equal, outdir, seed = sys.argv[1:9]
     qps, loaded = float(qps), int(loaded)
     s = lg.TestSettings()
+    if seed != "-":  # another schedule than mlperf.conf's seed gives
+        s.schedule_rng_seed = int(seed)
     s.scenario = getattr(lg.TestScenario, scenario)
     s.mode = lg.TestMode.PerformanceOnly
     s.min_duration_ms = int(min_ms)
@@ -62,10 +64,10 @@ def _generated(outdir) -> dict[str, float]:
     return got
 
 
-def _run(tmp_path, scenario, qps, min_ms, min_queries, loaded, equal=True):
+def _run(tmp_path, scenario, qps, min_ms, min_queries, loaded, equal=True, seed=None):
     proc = subprocess.run(
         [sys.executable, "-c", _RUN, scenario, str(qps), str(min_ms), str(min_queries),
-         str(loaded), "1" if equal else "0", str(tmp_path)],
+         str(loaded), "1" if equal else "0", str(tmp_path), "-" if seed is None else str(seed)],
         capture_output=True, text=True, cwd=REPO, timeout=120,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -105,18 +107,26 @@ def test_offline_plan_is_what_loadgen_generates(tmp_path):
     assert plan["passes"] == 1 and plan["seconds"] == pytest.approx(3.5)
 
 
+def _server_settings(min_ms: int, qps: float):
+    """Equal-issue Server settings of a min_duration and target, min_query_count 100."""
+    import mlperf_loadgen as lg
+
+    s = lg.TestSettings()
+    s.scenario = lg.TestScenario.Server
+    s.min_duration_ms = min_ms
+    s.min_query_count = 100
+    s.sample_concatenate_permutation = True
+    s.server_target_qps = qps
+    return s
+
+
 def test_plan_line_names_the_passes_and_the_length():
     """The line the run prints before the engine starts: the GPU run that took 784 s."""
     import mlperf_loadgen as lg
 
     from harness.run.settings import issue_plan
 
-    s = lg.TestSettings()
-    s.scenario = lg.TestScenario.Server
-    s.min_duration_ms = 600_000
-    s.min_query_count = 100
-    s.sample_concatenate_permutation = True
-    s.server_target_qps = 7.649
+    s = _server_settings(600_000, 7.649)
     plan = issue_plan(s, 2000)
     assert (plan.queries, plan.passes) == (6000, 3)
     assert plan.line() == (
@@ -140,16 +150,9 @@ def test_a_pass_boundary_near_the_schedules_end_may_spill_into_another_pass(tmp_
 
 def test_plan_line_names_a_likely_extra_pass():
     """The 240 s Server diagnostic of the 70B that planned 2,100 queries and issued 2,800."""
-    import mlperf_loadgen as lg
-
     from harness.run.settings import issue_plan, spill_chance
 
-    s = lg.TestSettings()
-    s.scenario = lg.TestScenario.Server
-    s.min_duration_ms = 240_000
-    s.min_query_count = 100
-    s.sample_concatenate_permutation = True
-    s.server_target_qps = 8.6
+    s = _server_settings(240_000, 8.6)
     plan = issue_plan(s, 700)
     assert (plan.queries, plan.spill_queries) == (2100, 2800)
     assert plan.spill_chance == pytest.approx(0.217, abs=0.005)
@@ -166,55 +169,15 @@ def test_plan_line_names_a_likely_extra_pass():
     assert spill_chance(1000.0, 2000) < 1e-12
 
 
-_SEEDED = textwrap.dedent("""
-    import json, sys
-    import mlperf_loadgen as lg
-
-    qps, min_ms, min_queries, loaded, outdir = sys.argv[1:6]
+def _counts_over_seeds(tmp_path, qps, min_ms, min_queries, loaded) -> list[int]:
+    """LoadGen's generated query count for schedule seeds 1 to 12."""
     counts = []
     for seed in range(1, 13):
-        s = lg.TestSettings()
-        s.scenario = lg.TestScenario.Server
-        s.mode = lg.TestMode.PerformanceOnly
-        s.min_duration_ms = int(min_ms)
-        s.min_query_count = int(min_queries)
-        s.sample_concatenate_permutation = True
-        s.server_target_qps = float(qps)
-        s.performance_sample_count_override = int(loaded)
-        s.schedule_rng_seed = seed
-        sut = lg.ConstructSUT(
-            lambda q: lg.QuerySamplesComplete([lg.QuerySampleResponse(x.id, 0, 0) for x in q]),
-            lambda: None,
-        )
-        qsl = lg.ConstructQSL(int(loaded), int(loaded), lambda i: None, lambda i: None)
-        out = lg.LogOutputSettings()
-        out.outdir = f"{outdir}/{seed}"
-        out.copy_summary_to_stdout = False
-        log = lg.LogSettings()
-        log.log_output = out
-        log.enable_trace = False
-        import os
-        os.makedirs(out.outdir, exist_ok=True)
-        lg.StartTestWithLogSettings(sut, qsl, s, log)
-        lg.DestroyQSL(qsl)
-        lg.DestroySUT(sut)
-        for line in open(f"{out.outdir}/mlperf_log_detail.txt"):
-            if line.startswith(":::MLLOG"):
-                rec = json.loads(line.split(" ", 1)[1])
-                if rec["key"] == "generated_query_count":
-                    counts.append(rec["value"])
-    print(json.dumps(counts))
-""")
-
-
-def _counts_over_seeds(tmp_path, qps, min_ms, min_queries, loaded) -> list[int]:
-    proc = subprocess.run(
-        [sys.executable, "-c", _SEEDED, str(qps), str(min_ms), str(min_queries), str(loaded),
-         str(tmp_path)],
-        capture_output=True, text=True, cwd=REPO, timeout=120,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+        out = tmp_path / str(seed)
+        out.mkdir(parents=True)
+        _, got = _run(out, "Server", qps, min_ms, min_queries, loaded, seed=seed)
+        counts.append(got["generated_query_count"])
+    return counts
 
 
 def test_a_calibrate_trial_is_one_pass_whatever_the_schedule(tmp_path):
