@@ -434,9 +434,10 @@ case "${1:-all}" in
     exit "$failed" ;;
   collect)
     job=$HOME/gpu-job; sleep "${WAIT:-0}"
-    grep -v -E "^(\((EngineCore|Worker|MainProcess)|INFO|DEBUG|WARNING)" "$job/job.log" | tail -n 60
+    noise="^(\((EngineCore|Worker|MainProcess)|INFO|DEBUG|WARNING)"  # vLLM's own log lines
+    grep -v -E "$noise" "$job/job.log" | tail -n 60
     for f in "$job"/out/*/part.log; do  # a `parallel` job's parts
-      [ -f "$f" ] && { echo "== $f"; grep -v -E "^(\((EngineCore|Worker|MainProcess)|INFO|DEBUG|WARNING)" "$f" | tail -n 12; }
+      [ -f "$f" ] && { echo "== $f"; grep -v -E "$noise" "$f" | tail -n 12; }
     done
     # files as they are; a folder (a sweep's) as one .tgz: the device returns no deep folders
     for f in "$job"/out/*; do

@@ -111,7 +111,11 @@ class IssuePlan:
     # Server, equal issue: the chance that the random schedule places all `queries` before
     # min_duration, so that LoadGen draws on and pads one more pass, to `spill_queries`
     spill_chance: float = 0.0
-    spill_queries: int = 0
+
+    @property
+    def spill_queries(self) -> int:
+        """The count one more pass over the loaded samples makes (equal issue), else 0."""
+        return self.queries + self.loaded if self.passes else 0
 
     def line(self) -> str:
         over = (
@@ -138,14 +142,13 @@ class IssuePlan:
         )
 
     def to_dict(self) -> dict:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+        return {k: getattr(self, k) for k in (*self.__dataclass_fields__, "spill_queries")}
 
 
 def issue_plan(settings, loaded: int) -> IssuePlan | None:
     """The IssuePlan of a performance test with these settings over `loaded` samples (the
     performance sample count after any cap), whatever mode the settings are in now; None for
     scenarios it does not model (SingleStream)."""
-
     import mlperf_loadgen as lg
 
     if loaded <= 0:
@@ -180,7 +183,6 @@ def issue_plan(settings, loaded: int) -> IssuePlan | None:
         qps,
         queries / qps if qps else 0.0,
         spill_chance=spill,
-        spill_queries=queries + loaded if equal else 0,
     )
 
 
