@@ -35,13 +35,14 @@ import sys
 import tempfile
 import time
 import uuid
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 import pytest
 
-from tests.conftest import REPO, SMOKE, cli, run_args
+from tests.conftest import REPO, SMOKE, cli, host_latency_only, run_args
 from tests.procs import kill_group, loadgen_issuing, wait_for
 
 pytestmark = pytest.mark.e2e
@@ -346,22 +347,19 @@ def test_offline_tp2_over_two_nodes_is_valid_and_records_the_cluster(
     )
 
 
-def test_server_tp2_over_two_nodes_is_valid(ray_cluster, tiny_model, tiny_dataset, tmp_path):
-    conf = tmp_path / "server.conf"
+def _server_tp2_run(ray_cluster, tiny_model, tiny_dataset, out: Path) -> dict:
+    conf = out.parent / f"{out.name}.conf"
     # Each engine step here crosses three processes over Ray and gloo on two shared cores: its
     # TPOT is several times the smoke Server run's, over the GPU-sized 100 ms limit that the
     # benchmark's conf sets. This conf sets limits for this machine (a smoke conf, not
     # compliant); 480 queries let LoadGen's early stopping certify the p99s with none over.
     # What is under test is the Ray path, not this machine's latency: alone here the p99s are
-    # ~60 ms TTFT and ~28 ms TPOT, and the limits sit far above them, so that a few seconds'
-    # stall beside the suite's other worker (one such run missed 4,000 / 400 ms in CI) cannot
-    # fail it, while a run that stops keeping up with 8 QPS still does (its backlog, and so its
-    # TTFT, grows without bound).
+    # ~60 ms TTFT and ~28 ms TPOT, and the limits sit far above them, while a run that stops
+    # keeping up with 8 QPS still fails (its backlog, and so its TTFT, grows without bound).
     conf.write_text(
         "*.Server.min_duration = 5000\n*.Server.min_query_count = 480\n"
         "*.Server.target_qps = 8\n*.Server.ttft_latency = 20000\n*.Server.tpot_latency = 2000\n"
     )
-    out = tmp_path / "server"
     args = run_args(
         tiny_model,
         tiny_dataset,
@@ -376,9 +374,27 @@ def test_server_tp2_over_two_nodes_is_valid(ray_cluster, tiny_model, tiny_datase
     )
     proc = ray_cluster.cli(*args, *TP2_RAY)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-4000:]
-    result = json.loads((out / "result.json").read_text())
+    return json.loads((out / "result.json").read_text())
+
+
+def test_server_tp2_over_two_nodes_is_valid(ray_cluster, tiny_model, tiny_dataset, tmp_path):
+    result = _server_tp2_run(ray_cluster, tiny_model, tiny_dataset, tmp_path / "server")
+    # Made again, once, when its only fault is its latency p99s with every sample answered and
+    # no error (conftest.host_latency_only, as the session's Server smoke run): CI runs found
+    # this run over 4,000 / 400 ms once and over 20,000 / 2,000 ms once beside the suite's other
+    # worker, a stall of the shared host tens of times what the run measures alone. A Ray path
+    # that cannot keep up, or loses or fails a sample, fails both runs.
+    stalled = host_latency_only(tmp_path / "server")
+    if stalled:
+        warnings.warn(f"Ray Server run made again: the first was {stalled}", stacklevel=1)
+        result = _server_tp2_run(ray_cluster, tiny_model, tiny_dataset, tmp_path / "again")
     perf, stats = result["performance"], result["sut_stats"]
-    why = {k: perf.get(k) for k in ("invalid_reasons", "ttft_p99_ms", "tpot_p99_ms", "sustained")}
+    sustained = perf.get("sustained") or {}
+    why = (
+        f"TTFT p99 {perf.get('ttft_p99_ms')} ms, TPOT p99 {perf.get('tpot_p99_ms')} ms, "
+        f"kept up {sustained.get('kept_up')}, issued {stats['issued']} completed "
+        f"{stats['completed']}: {perf.get('invalid_reasons')}"
+    )
     assert perf["validity"] == "VALID", why
     assert stats["completed"] == stats["issued"] >= 480 and stats["failed_samples"] == 0
     assert result["cluster"]["nodes_alive"] == 2
