@@ -17,6 +17,12 @@
 #                                              `bash bench/gpu.sh detach real-small serve ...`
 #   device  bash bench/real_small.sh calibrate SCENARIO [run args]   calibrate (--confirm with
 #                                              CONFIRM=1) on this model
+#   device  bash bench/real_small.sh all       everything after staging, for one detached job
+#                                              (`bash bench/gpu.sh detach real-small all`):
+#                                              accuracy, then per scenario (SCENARIOS) calibrate
+#                                              --confirm at a min_duration of MIN_S (default 60:
+#                                              NOT COMPLIANT, marked so in the conf) and serve at
+#                                              the conf it wrote (TARGET `calibrated`)
 #   here    bash bench/real_small.sh cpu       the same samples on this CPU (float32, eager)
 #   here    bash bench/real_small.sh report NAME=LOG ...   score each accuracy log and compare
 #                                              them (bench/real_small_report.py; the GPU machine
@@ -35,6 +41,9 @@ HOME_SMALL=${HOME_SMALL:-$HOME/small}           # device: the unpacked model and
 WORK=${TMPDIR:-/tmp}/real-small
 BENCH=llama3_1-8b
 CONF=user_confs/smoke/offline_small_model.conf  # Offline accuracy: every sample once
+# ENGINE_ARGS: flags added to every run's engine, split on blanks (e.g. "--engine-arg
+# enforce_eager=true" for a dry run of the parts on a CPU machine)
+read -r -a EXTRA <<< "${ENGINE_ARGS:-}"
 
 where() {  # the model and dataset: unpacked on the device, staged here
   if [ -d "$HOME_SMALL/$NAME" ]; then MODEL=$HOME_SMALL/$NAME DATA=$HOME_SMALL/$DATA_NAME
@@ -66,7 +75,11 @@ recv() {  # device: keep a piece; unpack once all pieces the checksum file names
   local want; want=$(wc -l < small.sha256)
   if [ "$(ls small.part.* | wc -l)" -lt "$want" ]; then echo "recv: $(ls small.part.* | wc -l) of $want pieces"; return 0; fi
   sha256sum -c small.sha256 || exit 1
-  rm -rf "$HOME_SMALL" && mkdir -p "$HOME_SMALL" && cat small.part.* | xz -dc | tar -x -C "$HOME_SMALL" || exit 1
+  rm -rf "$HOME_SMALL" && mkdir -p "$HOME_SMALL" || exit 1
+  if command -v xz > /dev/null; then cat small.part.* | xz -dc | tar -x -C "$HOME_SMALL" || exit 1
+  else  # a machine without xz: Python's lzma reads the same stream
+    cat small.part.* | python3 -c 'import sys, tarfile; tarfile.open(fileobj=sys.stdin.buffer, mode="r|xz").extractall(sys.argv[1])' "$HOME_SMALL" || exit 1
+  fi
   echo "recv: unpacked into $HOME_SMALL: $(ls "$HOME_SMALL" | tr '\n' ' ')"
 }
 
@@ -75,7 +88,7 @@ acc_run() {  # name, engine args...: one Offline accuracy run, unscored (no roug
   local out=$WORK/acc_$name; rm -rf "$out"; mkdir -p "$WORK"
   $PY -m harness.cli run --benchmark $BENCH --scenario Offline --mode accuracy --model "$MODEL" \
     --dataset "$DATA" --output "$out" --user-conf "$CONF" --no-mlflow --no-progress --no-evaluate \
-    "$@" 2>&1 | grep --line-buffered -E "validity|samples|tokens|warning: single|error|Error" | sed "s/^/[$name] /"
+    "$@" "${EXTRA[@]}" 2>&1 | grep --line-buffered -E "validity|samples|tokens|warning: single|error|Error" | sed "s/^/[$name] /"
   cp "$out/accuracy/mlperf_log_accuracy.json" "$OUT/acc_$name.json" 2>/dev/null \
     || echo "[$name] no accuracy log ($out)"
   cp "$out/result.json" "$OUT/acc_${name}_result.json" 2>/dev/null
@@ -92,15 +105,22 @@ accuracy() {
   done
 }
 
-serve() {  # scenario, target QPS, run args...: performance + accuracy + TEST06 on one engine
-  local scenario=${1:?scenario} target=${2:?target QPS}; shift 2; where
+serve() {  # scenario, target QPS (or `calibrated`: the conf `calibrate` wrote), run args...:
+  # performance + accuracy + TEST06 on one engine
+  local scenario=${1:?scenario} target=${2:?target QPS or calibrated}; shift 2; where
   local lg=$BENCH; [ "$scenario" = Interactive ] && lg=$BENCH-interactive
   local out=$WORK/serve_${scenario}_$target conf=$WORK/serve_$scenario.conf; mkdir -p "$WORK"
-  printf '%s.Server.target_qps = %s\n' "$lg" "$target" > "$conf"
-  [ -n "${MIN_MS:-}" ] && printf '*.Server.min_duration = %s\n' "$MIN_MS" >> "$conf"
+  if [ "$target" = calibrated ]; then
+    local written=$WORK/calibrate_$scenario/user.conf
+    [ -f "$written" ] || { echo "serve: no $written: run calibrate $scenario first" >&2; return 2; }
+    cp "$written" "$conf"
+  else
+    printf '%s.Server.target_qps = %s\n' "$lg" "$target" > "$conf"
+    [ -n "${MIN_MS:-}" ] && printf '*.Server.min_duration = %s\n' "$MIN_MS" >> "$conf"
+  fi
   $PY -m harness.cli run --benchmark $BENCH --scenario "$scenario" --mode both --test06 \
     --model "$MODEL" --dataset "$DATA" --output "$out" --user-conf "$conf" --overwrite --no-mlflow \
-    --no-progress --no-evaluate "$@" 2>&1 | grep --line-buffered -v -E "^(\((EngineCore|Worker|MainProcess)|INFO|DEBUG)" \
+    --no-progress --no-evaluate "$@" "${EXTRA[@]}" 2>&1 | grep --line-buffered -v -E "^(\((EngineCore|Worker|MainProcess)|INFO|DEBUG)" \
     | tee "$OUT/serve_$scenario.log" | grep -E "validity|VALID|TTFT|TPOT|TEST06|samples|kept|error|Error"
   cp "$out/accuracy/mlperf_log_accuracy.json" "$OUT/serve_${scenario}_acc.json" 2>/dev/null
   cp "$out/result.json" "$OUT/serve_${scenario}_result.json" 2>/dev/null
@@ -112,9 +132,21 @@ calibrate() {  # scenario, run args...
   local out=$WORK/calibrate_$scenario confirm=(); [ -n "${CONFIRM:-}" ] && confirm=(--confirm)
   rm -rf "$out"  # scratch: a repeat replaces it
   $PY -m harness.cli calibrate --benchmark $BENCH --scenario "$scenario" --model "$MODEL" \
-    --dataset "$DATA" --output "$out" "${confirm[@]}" --trial-s "${TRIAL_S:-60}" "$@" 2>&1 \
+    --dataset "$DATA" --output "$out" "${confirm[@]}" --trial-s "${TRIAL_S:-60}" "$@" "${EXTRA[@]}" 2>&1 \
     | grep --line-buffered -E "calibrate|error|Error" | tee "$OUT/calibrate_$scenario.log"
   cp "$out/user.conf" "$OUT/calibrate_$scenario.conf" 2>/dev/null
+  cp "$out/calibration.json" "$OUT/calibrate_$scenario.json" 2>/dev/null
+}
+
+everything() {  # device, one detached job: accuracy, then per scenario calibrate --confirm and
+  # serve at the conf it wrote (also when the confirmation failed: its EOS, TEST06 and accuracy
+  # still speak, and the conf says NOT CONFIRMED)
+  accuracy
+  for scenario in ${SCENARIOS:-Server Interactive}; do
+    CONFIRM=1 calibrate "$scenario" --min-duration-s "${MIN_S:-60}" --trials "${TRIALS:-5}" \
+      --precision "${PRECISION:-0.05}" --confirm-runs "${CONFIRM_RUNS:-2}" --trial-timeout 300
+    serve "$scenario" calibrated
+  done
 }
 
 cpu() {  # the same samples on this machine (float32, eager: see RESULTS, real small model)
@@ -132,8 +164,9 @@ case "${1:-}" in
   accuracy) accuracy ;;
   serve) shift; serve "$@" ;;
   calibrate) shift; calibrate "$@" ;;
+  all) everything ;;
   cpu) shift; cpu "$@" ;;
   report) shift; where; $PY bench/real_small_report.py --dataset "$DATA" --model "$MODEL" "$@" ;;
-  *) echo "usage: $0 {stage|recv DIR|accuracy|serve SCENARIO TARGET|calibrate SCENARIO|cpu|report NAME=LOG ...}" >&2
+  *) echo "usage: $0 {stage|recv DIR|accuracy|serve SCENARIO TARGET|calibrate SCENARIO|all|cpu|report NAME=LOG ...}" >&2
      exit 2 ;;
 esac
