@@ -439,13 +439,21 @@ case "${1:-all}" in
     for f in "$job"/out/*/part.log; do  # a `parallel` job's parts
       [ -f "$f" ] && { echo "== $f"; grep -v -E "$noise" "$f" | tail -n 12; }
     done
-    # files as they are; a folder (a sweep's) as one .tgz: the device returns no deep folders
-    for f in "$job"/out/*; do
-      if [ -d "$f" ]; then
-        tar czf "$OUT/$(basename "$f").tgz" -C "$job/out" --exclude=mlperf_log_trace.json \
-          --exclude=.mlperf-vllm.lock "$(basename "$f")"
-      else cp "$f" "$OUT/" 2>/dev/null; fi
-    done
+    # the whole job in one .tgz (the device returns at most 8 files): its log, its files and the
+    # run folders of a real-small job (LoadGen logs; no traces)
+    work=${TMPDIR:-/tmp}/real-small; extra=(); [ -d "$work" ] && extra=("$work")
+    tar czf "$OUT/job.tgz" --exclude=mlperf_log_trace.json --exclude=.mlperf-vllm.lock \
+      "$job/job.log" "$job/out" "${extra[@]}" 2>/dev/null
+    # and, where they fit beside it, files as they are and a folder (a sweep's) as one .tgz
+    if [ "$(ls "$job"/out | wc -l)" -gt 6 ]; then ls "$job"/out
+    else
+      for f in "$job"/out/*; do
+        if [ -d "$f" ]; then
+          tar czf "$OUT/$(basename "$f").tgz" -C "$job/out" --exclude=mlperf_log_trace.json \
+            --exclude=.mlperf-vllm.lock "$(basename "$f")"
+        else cp "$f" "$OUT/" 2>/dev/null; fi
+      done
+    fi
     if [ -f "$job/done" ]; then echo "job: finished, $(cat "$job/done")"; else echo "job: running"; fi ;;
   probe) probe ;;
   tune) shift; tune "$@" ;;

@@ -95,7 +95,7 @@ acc_run() {  # name, engine args...: one Offline accuracy run, unscored (no roug
 }
 
 accuracy() {
-  for run in ${RUNS:-bf16 fp8 fp8kv}; do
+  for run in ${RUNS-bf16 fp8 fp8kv}; do
     case $run in
       bf16) acc_run bf16 --engine-arg dtype=bfloat16 ;;
       fp8) acc_run fp8 --engine-arg dtype=bfloat16 --engine-arg quantization=fp8 ;;
@@ -141,10 +141,14 @@ calibrate() {  # scenario, run args...
 everything() {  # device, one detached job: accuracy, then per scenario calibrate --confirm and
   # serve at the conf it wrote (also when the confirmation failed: its EOS, TEST06 and accuracy
   # still speak, and the conf says NOT CONFIRMED)
+  # RUNS= (set, empty) skips the accuracy runs; CAL_Server / CAL_Interactive: more calibrate flags
+  # for that scenario, split on blanks (e.g. "--start-qps 330 --backoff 0.08"; they win)
   accuracy
   for scenario in ${SCENARIOS:-Server Interactive}; do
+    local var=CAL_$scenario cal=(); read -r -a cal <<< "${!var:-}"
     CONFIRM=1 calibrate "$scenario" --min-duration-s "${MIN_S:-60}" --trials "${TRIALS:-5}" \
-      --precision "${PRECISION:-0.05}" --confirm-runs "${CONFIRM_RUNS:-2}" --trial-timeout 300
+      --precision "${PRECISION:-0.05}" --confirm-runs "${CONFIRM_RUNS:-2}" --trial-timeout 300 \
+      "${cal[@]}"
     serve "$scenario" calibrated
   done
 }
