@@ -6,7 +6,8 @@ project's evaluation (`mlperf-vllm evaluate`, the MLCommons recipe) and reads th
 themselves: tokens per sample, the share of outputs that end on the model's EOS, and the share
 of samples whose tokens equal the reference log's (the first NAME, or --reference), token for
 token. ROUGE of a quantized run is also given relative to the reference's, the way MLPerf's 99%
-targets are relative: a change inside -1% would keep a 99% target that the reference met.
+targets are relative: a run is inside the 99% window when none of its four ROUGE scores fell by
+more than 1% (each target is 0.99 x the reference's score).
 
     .venv/bin/python bench/real_small_report.py --dataset DATA --model MODEL_DIR \\
         bf16=out/acc_bf16.json fp8=out/acc_fp8.json cpu_fp32=runs/cpu/accuracy/mlperf_log_accuracy.json \\
@@ -122,17 +123,29 @@ def main() -> int:
         for k in ROUGE:
             a, b = rows[name][k], rows[ref][k]
             rows[name][f"{k}_rel"] = (a / b - 1) if a is not None and b else None
+        # MLPerf's 99% targets hold each ROUGE score to 0.99 x the reference's: the run stays
+        # inside the window only if no score fell by more than 1%
+        rels = [rows[name][f"{k}_rel"] for k in ROUGE]
+        rows[name]["within_99_of_reference"] = (
+            None if None in rels else all(r >= -0.01 for r in rels if r is not None)
+        )
 
     def f(v: Any, nd: int = 4) -> str:
         return "n/a" if v is None else f"{v:.{nd}f}" if isinstance(v, float) else str(v)
 
     print(f"reference: {ref}; EOS id {eos}; dataset {args.dataset} ({size} samples)")
     head = "| run | samples | rouge1 | rouge2 | rougeL | rougeLsum | gen_len | tokens/sample "
-    print(head + "| ends on EOS | tokens = reference | rougeLsum vs reference |")
+    print(head + "| ends on EOS | tokens = reference | ROUGE 1 / 2 / L / Lsum vs reference |")
     print("|---" * 11 + "|")
     for name in names:
         r = rows[name]
-        rel = r["rougeLsum_rel"]
+        rels = [r[f"{k}_rel"] for k in ROUGE]
+        rel = (
+            None
+            if None in rels
+            else " / ".join(f"{100 * x:+.2f}%" for x in rels if x is not None)
+            + (" (inside 99%)" if r["within_99_of_reference"] else " (OUTSIDE 99%)")
+        )
         print(
             f"| {name} | {r['samples']} | "
             + " | ".join(f(r[k]) for k in ROUGE)
@@ -144,7 +157,7 @@ def main() -> int:
                 else f"{100 * r['same_tokens_as_reference']:.1f}%"
             )
             + " | "
-            + ("-" if name == ref or rel is None else f"{100 * rel:+.2f}%")
+            + ("-" if name == ref or rel is None else rel)
             + " |"
         )
     if args.json:
