@@ -238,6 +238,9 @@ def test_real_small_report_compares_logs_token_for_token(accuracy_run, tmp_path:
             e["data"] = e["data"][:-8]  # one int32 token less
     other = tmp_path / "cut.json"
     other.write_text(json.dumps(cut))
+    # every sample cut to its first token: far outside a 99% window of the run's ROUGE
+    first_only = tmp_path / "first_only.json"
+    first_only.write_text(json.dumps([{**e, "data": e["data"][:8]} for e in entries]))
     report = tmp_path / "report.json"
     proc = subprocess.run(
         [
@@ -250,6 +253,7 @@ def test_real_small_report_compares_logs_token_for_token(accuracy_run, tmp_path:
             f"run={log}",
             f"again={log}",
             f"cut={other}",
+            f"first_only={first_only}",
             "--json",
             str(report),
         ],
@@ -271,5 +275,10 @@ def test_real_small_report_compares_logs_token_for_token(accuracy_run, tmp_path:
     for key in ("rouge1", "rougeLsum", "gen_len"):
         assert runs["run"][key] == pytest.approx(own[key]), key
     assert runs["again"]["rougeLsum_rel"] == 0.0
+    # the 99% window: every ROUGE score within 1% of the reference's, else OUTSIDE
+    assert runs["again"]["within_99_of_reference"] is True
+    assert runs["first_only"]["within_99_of_reference"] is False
+    assert runs["first_only"]["rouge1_rel"] < -0.01
+    assert "(OUTSIDE 99%)" in proc.stdout
     assert 0.0 <= runs["run"]["eos_share"] <= 1.0
     assert "| cut | 24 |" in proc.stdout and "95.8%" in proc.stdout  # 23 of 24 equal
