@@ -56,7 +56,9 @@
 #   bench/gpu.sh full NAME [run args ...]    the submission-size Offline query (13,368 samples,
 #                          CNN/DailyMail length profile) through `mlperf-vllm run`
 # Needs vLLM on the machine: on the lent offline GPU machine, stage it first with the gpu-stage
-# kit (its README: two commands), then run this with `.gpu-stage/bin` sent along. Results go to
+# kit (its README: two commands), then run this with `.gpu-stage/bin` sent along (once this tree
+# no longer fits beside the kit's 62 MB pieces in a 64 MiB call, send bench/stage_pieces.sh's
+# instead: `cut` here, `recv` there, one call per piece). Results go to
 # $OUT (or bench/gpu-out) as logs and JSON; bench/RESULTS.md records what was measured.
 set -uo pipefail
 cd "$(dirname "$0")/.."
