@@ -70,3 +70,97 @@ def test_a_target_too_slow_for_early_stopping_gets_a_min_query_count():
     assert _padded_over(override, "llama3_1-8b", 13368) == 500
     assert _padded_over(override, "llama2-70b", 24576) == 24576  # another model's line
     assert _padded_over("*.*.sample_concatenate_permutation = 0\n", "llama3_1-8b", 13368) == 0
+
+
+def _perf(valid: bool, kept_up: bool = True) -> dict:
+    """A confirmation run's performance result, as `run_once` returns it."""
+    return {
+        "validity": "VALID" if valid else "INVALID",
+        "invalid_reasons": [] if valid else ["latency constraints not met"],
+        "duration_s": 60.0,
+        "samples_per_second": 77.4,
+        "ttft_p99_ms": 70.7,
+        "tpot_p99_ms": 12.8 if valid else 31.2,
+        "sustained": {"kept_up": kept_up},
+    }
+
+
+def _confirm(monkeypatch, tmp_path, outcomes, **flags):
+    """`confirm_target` from 100 QPS with backoff 0.1, each full-duration run replaced by the
+    next of `outcomes`. The fault under test, runs of one conf that differ (an H200 measured
+    TPOT p99 12.8 ms, then 31.2 ms, in two 60 s runs at one rate), cannot be caused on demand
+    here; the real confirmation runs are in test_calibrate_e2e."""
+    from pathlib import Path
+
+    from harness.submission import calibrate_server
+    from harness.submission.calibrate import CalibrateRequest
+
+    script, ran, written = iter(outcomes), [], []
+
+    def run_once(req, scenario, conf, out, label=""):
+        ran.append(out.name)
+        return next(script)
+
+    monkeypatch.setattr(calibrate_server, "run_once", run_once)
+    req = CalibrateRequest(
+        "llama3_1-8b", "Interactive", Path("m"), Path("d"), tmp_path, backoff=0.1, confirm=True,
+        **flags,
+    )  # fmt: skip
+    record: dict = {}
+    qps, evidence = calibrate_server.confirm_target(
+        req,
+        "llama3_1-8b-interactive",
+        tmp_path / "user.conf",
+        lambda target, lines: written.append((target, list(lines))),
+        100.0,
+        record,
+    )
+    return qps, evidence, ran, record, written
+
+
+def test_a_target_is_confirmed_only_by_the_passes_asked_for_in_a_row(monkeypatch, tmp_path):
+    """--confirm-passes 2: a held run is repeated at its target; a run that fails (INVALID, or
+    VALID with its engine falling behind) steps the target down and starts the count again."""
+    import json
+
+    outcomes = [_perf(True), _perf(True, kept_up=False), _perf(True), _perf(True)]
+    qps, evidence, ran, record, written = _confirm(
+        monkeypatch, tmp_path, outcomes, confirm_runs=4, confirm_passes=2
+    )
+    assert ran == ["confirm-1-qps-100", "confirm-2-qps-100", "confirm-3-qps-90", "confirm-4-qps-90"]
+    assert qps == 90.0 and written[-1][0] == 90.0
+    assert evidence[-1] == "# confirmed: 2 runs in a row of the conf's full duration held 90 QPS"
+    assert [r["held"] for r in record["confirmations"]] == [True, False, True, True]
+    assert record["confirmed_qps"] == 90.0 and record["confirm_passes"] == 2
+    assert json.loads((tmp_path / "calibration.json").read_text())["confirmed_qps"] == 90.0
+
+
+def test_one_pass_confirms_on_the_first_held_run(monkeypatch, tmp_path):
+    qps, evidence, ran, record, _ = _confirm(monkeypatch, tmp_path, [_perf(True)])
+    assert (qps, ran) == (100.0, ["confirm-1-qps-100"])
+    assert evidence[-1] == "# confirmed: a run of the conf's full duration held 100 QPS"
+
+
+def test_no_target_held_in_a_row_is_not_confirmed(monkeypatch, tmp_path):
+    outcomes = [_perf(True), _perf(False), _perf(True)]
+    qps, evidence, ran, record, _ = _confirm(
+        monkeypatch, tmp_path, outcomes, confirm_runs=3, confirm_passes=2
+    )
+    assert qps is None and record["confirmed_qps"] is None and len(ran) == 3
+    assert evidence[-1] == (
+        "# NOT CONFIRMED: no target was held by 2 runs in a row (last tried 90 QPS)"
+    )
+
+
+def test_more_passes_than_runs_is_refused_before_any_run(tiny_model, tiny_dataset, tmp_path):
+    out = tmp_path / "cal"
+    proc = cli(
+        *("calibrate", "--benchmark", "llama3_1-8b", "--scenario", "Server"),
+        *("--model", str(tiny_model), "--dataset", str(tiny_dataset), "--output", str(out)),
+        *("--confirm", "--confirm-runs", "2", "--confirm-passes", "3"),
+        timeout=300,
+    )
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    (line,) = proc.stderr.strip().splitlines()
+    assert "--confirm-passes 3" in line and "--confirm-runs (2)" in line
+    assert not out.exists()  # nothing made: the folder the command locked is gone again

@@ -38,7 +38,7 @@ def test_every_calibrate_flag_reaches_its_field(tmp_path):
         *("--min-duration-s", "60", "--margin", "1.5", "--measure-samples", "50"),
         *("--start-qps", "2", "--trials", "3", "--trial-s", "5", "--trial-queries", "40"),
         *("--backoff", "0.1", "--trial-timeout", "90", "--max-num-seqs", "8"),
-        *("--precision", "0.05", "--confirm", "--confirm-runs", "2"),
+        *("--precision", "0.05", "--confirm", "--confirm-runs", "2", "--confirm-passes", "2"),
     )
     req = calibrate_request(args, extra)
     # The Server trials' in-process run request takes the same flags as the child runs.
@@ -65,6 +65,7 @@ def test_every_calibrate_flag_reaches_its_field(tmp_path):
         precision=0.05,
         confirm=True,
         confirm_runs=2,
+        confirm_passes=2,
         run_args=("--max-num-seqs", "8"),
         run_template=t,
     )

@@ -98,6 +98,14 @@ def add_parser(sub) -> None:
     )
     cal.add_argument("--confirm-runs", type=int, default=3, help="Server: confirmation runs")
     cal.add_argument(
+        "--confirm-passes",
+        type=int,
+        default=1,
+        metavar="N",
+        help="Server: a target is confirmed only by N held runs in a row at it (runs of one conf "
+        "vary; each counts toward --confirm-runs)",
+    )
+    cal.add_argument(
         "--backoff",
         type=float,
         default=0.05,

@@ -18,7 +18,9 @@ limits, confirmed by a run of the submission's length when asked.
    comments.
 4. `--confirm`: one `mlperf-vllm run` (its own process, the written conf, the full min_duration)
    at that target; if it is INVALID or its engine fell behind, the target steps down by the
-   backoff and the run is repeated, up to `--confirm-runs` times. The conf then holds a rate that
+   backoff and the run is repeated, up to `--confirm-runs` times; with `--confirm-passes N` a
+   target is confirmed only by N held runs in a row (a held run short of N is repeated at the
+   same target). The conf then holds a rate that
    a run of the submission's length held, or says NOT CONFIRMED and the command fails.
 5. `calibration.json` beside the conf: the same evidence for programs (the ceiling, every
    trial's figures and verdict, the highest passing target, the written one, each confirmation
@@ -169,7 +171,9 @@ def confirm_target(
     each run. Returns the confirmed target (None if no run held) and the evidence lines."""
     runs: list[dict[str, Any]] = []
     record["confirmations"], record["confirmed_qps"] = runs, None
+    record["confirm_passes"] = req.confirm_passes
     evidence: list[str] = []
+    passes = 0  # held runs in a row at the current target
     for attempt in range(1, req.confirm_runs + 1):
         write_conf(qps, evidence)
         out = req.output / f"confirm-{attempt}-qps-{qps:g}"
@@ -205,14 +209,24 @@ def confirm_target(
                 "output": str(out),
             }
         )
-        record["confirmed_qps"] = qps if held else None
+        passes = passes + 1 if held else 0
+        record["confirmed_qps"] = qps if passes >= req.confirm_passes else None
         write_record(req, record)
-        if held:
-            evidence.append(f"# confirmed: a run of the conf's full duration held {qps:g} QPS")
+        if passes >= req.confirm_passes:
+            evidence.append(
+                f"# confirmed: a run of the conf's full duration held {qps:g} QPS"
+                if passes == 1
+                else f"# confirmed: {passes} runs in a row of the conf's full duration held "
+                f"{qps:g} QPS"
+            )
             write_conf(qps, evidence)
             return qps, evidence
-        qps = math.floor(qps * (1 - req.backoff) * 1000) / 1000
+        if not held:  # a held run short of the passes asked for is repeated at its target
+            qps = math.floor(qps * (1 - req.backoff) * 1000) / 1000
     evidence.append(
-        f"# NOT CONFIRMED: no run of the conf's full duration held (last tried {qps:g} QPS)"
+        "# NOT CONFIRMED: no run of the conf's full duration held"
+        if req.confirm_passes == 1
+        else f"# NOT CONFIRMED: no target was held by {req.confirm_passes} runs in a row"
     )
+    evidence[-1] += f" (last tried {qps:g} QPS)"
     return None, evidence
