@@ -441,11 +441,9 @@ case "${1:-all}" in
     for f in "$job"/out/*/part.log; do  # a `parallel` job's parts
       [ -f "$f" ] && { echo "== $f"; grep -v -E "$noise" "$f" | tail -n 12; }
     done
-    # the whole job in one .tgz (the device returns at most 8 files): its log, its files and the
-    # run folders of a real-small job (LoadGen logs; no traces)
-    work=${TMPDIR:-/tmp}/real-small; extra=(); [ -d "$work" ] && extra=("$work")
+    # the whole job in one .tgz (the device returns at most 8 files): its log and its files
     tar czf "$OUT/job.tgz" --exclude=mlperf_log_trace.json --exclude=.mlperf-vllm.lock \
-      "$job/job.log" "$job/out" "${extra[@]}" 2>/dev/null
+      -C "$job" job.log out 2>/dev/null
     # and, where they fit beside it, files as they are and a folder (a sweep's) as one .tgz
     if [ "$(ls "$job"/out | wc -l)" -gt 6 ]; then ls "$job"/out
     else

@@ -22,7 +22,8 @@
 #                                              accuracy, then per scenario (SCENARIOS) calibrate
 #                                              --confirm at a min_duration of MIN_S (default 60:
 #                                              NOT COMPLIANT, marked so in the conf) and serve at
-#                                              the conf it wrote (TARGET `calibrated`)
+#                                              the conf it wrote (TARGET `calibrated`); run
+#                                              folders so far in $OUT/runs.tgz after each part
 #   here    bash bench/real_small.sh cpu       the same samples on this CPU (float32, eager)
 #   here    bash bench/real_small.sh report NAME=LOG ...   score each accuracy log and compare
 #                                              them (bench/real_small_report.py; the GPU machine
@@ -125,6 +126,12 @@ serve() {  # scenario, target QPS (or `calibrated`: the conf `calibrate` wrote),
   cp "$out/accuracy/mlperf_log_accuracy.json" "$OUT/serve_${scenario}_acc.json" 2>/dev/null
   cp "$out/result.json" "$OUT/serve_${scenario}_result.json" 2>/dev/null
   cp "$out/TEST06/verify_accuracy.txt" "$OUT/serve_${scenario}_test06.txt" 2>/dev/null
+  keep_runs
+}
+
+keep_runs() {  # every run folder so far (LoadGen logs, timelines; no traces) as $OUT/runs.tgz
+  tar czf "$OUT/runs.tgz" --exclude=mlperf_log_trace.json --exclude=.mlperf-vllm.lock \
+    -C "$(dirname "$WORK")" "$(basename "$WORK")"
 }
 
 calibrate() {  # scenario, run args...
@@ -136,6 +143,7 @@ calibrate() {  # scenario, run args...
     | grep --line-buffered -E "calibrate|error|Error" | tee "$OUT/calibrate_$scenario.log"
   cp "$out/user.conf" "$OUT/calibrate_$scenario.conf" 2>/dev/null
   cp "$out/calibration.json" "$OUT/calibrate_$scenario.json" 2>/dev/null
+  keep_runs
 }
 
 everything() {  # device, one detached job: accuracy, then per scenario calibrate --confirm and

@@ -223,10 +223,10 @@ def confirm_target(
             return qps, evidence
         if not held:  # a held run short of the passes asked for is repeated at its target
             qps = math.floor(qps * (1 - req.backoff) * 1000) / 1000
-    evidence.append(
-        "# NOT CONFIRMED: no run of the conf's full duration held"
+    held_by = (
+        "no run of the conf's full duration held"
         if req.confirm_passes == 1
-        else f"# NOT CONFIRMED: no target was held by {req.confirm_passes} runs in a row"
+        else f"no target was held by {req.confirm_passes} runs in a row"
     )
-    evidence[-1] += f" (last tried {qps:g} QPS)"
+    evidence.append(f"# NOT CONFIRMED: {held_by} (last tried {qps:g} QPS)")
     return None, evidence
