@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
+WARMUP_PREFIX = "warmup-"  # request ids of the SUT's untimed warm-up
+
 
 class EngineView:
     """Latest scheduler stats of one engine (or the sum over data-parallel engines)."""
@@ -21,6 +23,8 @@ class EngineView:
         self._latest: dict[int, tuple[int, int, float]] = {}
         self.preemptions = 0
         self.steps = 0
+        # per engine index: [requests finished, their prompt tokens] since mark()
+        self._served: dict[int, list[int]] = {}
 
     def record(self, engine_idx: int, scheduler_stats: Any, iteration_stats: Any) -> None:
         if scheduler_stats is not None:
@@ -32,6 +36,24 @@ class EngineView:
             self.steps += 1
         if iteration_stats is not None:
             self.preemptions += int(getattr(iteration_stats, "num_preempted_reqs", 0))
+            for done in getattr(iteration_stats, "finished_requests", ()):
+                if str(getattr(done, "request_id", "")).startswith(WARMUP_PREFIX):
+                    continue
+                served = self._served.setdefault(engine_idx, [0, 0])
+                served[0] += 1
+                served[1] += int(getattr(done, "num_prompt_tokens", 0))
+
+    def mark(self) -> None:
+        """A test starts: count finished requests from here."""
+        self._served = {}
+
+    def served(self) -> list[dict[str, int]]:
+        """Per engine index, the requests finished since mark() and their prompt tokens."""
+        n = max(self._served, default=-1) + 1
+        return [
+            {"finished": v[0], "prompt_tokens": v[1]}
+            for v in (self._served.get(i, [0, 0]) for i in range(n))
+        ]
 
     def snapshot(self) -> tuple[int, int, float, int]:
         """(running, waiting, KV cache use 0-1 (the fullest engine), preemptions so far)."""
@@ -44,6 +66,11 @@ class EngineView:
             max(v[2] for v in views),
             self.preemptions,
         )
+
+    def per_engine(self) -> tuple[tuple[int, int], ...]:
+        """(running, waiting) of each data-parallel engine, by engine index."""
+        n = max(self._latest, default=-1) + 1
+        return tuple(self._latest[i][:2] if i in self._latest else (0, 0) for i in range(n))
 
     def logger_factory(self) -> Any:
         """A vLLM stat-logger factory (`AsyncLLM(stat_loggers=[...])`) feeding this view."""

@@ -371,6 +371,10 @@ class EngineSUT:
     def reset_stats(self) -> None:
         self.stats = type(self.stats)()
 
+    def stats_record(self) -> dict[str, Any]:
+        """What the current test saw, as result.json records it (after the test)."""
+        return dict(vars(self.stats))
+
     def _note_issued(self, response_ids: Sequence[int]) -> None:
         stats = self.stats
         if not stats.issued:

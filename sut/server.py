@@ -24,6 +24,12 @@ Such samples are counted in `stats.single_token_outputs` and logged once, so a r
 says why LoadGen reported errors. With real checkpoints on the MLPerf datasets they do not occur
 (the model does not end a summary on its first token); a `--max-tokens 1` run produces only them.
 
+Data parallelism (`data_parallel_size N`): one `AsyncLLM` over N engine cores. With
+`dp_routing="ours"` (the default) the SUT picks each request's core itself (sut.routing: least
+outstanding work, from its own records of what it sent and what came back) and passes it as
+`data_parallel_rank`; `"vllm"` leaves the choice to vLLM's balancer. Either way the SUT records,
+per engine, what its router sent and (with engine stats) what vLLM reports running and waiting.
+
 Offline with data parallelism (`final_only=True`): vllm.LLM refuses data_parallel_size > 1, so
 Offline DP runs here too, but asks the engine for final outputs only (`FINAL_ONLY`): one output
 per request instead of one per token waking the loop, and no first-token reports (Offline has
@@ -65,6 +71,7 @@ from typing import Any
 import mlperf_loadgen as lg
 
 from sut.engine import SampleParams, describe_error
+from sut.engine_stats import WARMUP_PREFIX
 from sut.lifecycle import (
     DEFAULT_STOP_TIMEOUT_S,
     EngineStartTimeout,
@@ -76,6 +83,13 @@ from sut.lifecycle import (
     new_processes,
     reap,
     tokens_prompt,
+)
+from sut.routing import (
+    DEFAULT_ROUTING,
+    LeastWorkRouter,
+    check_routing,
+    engines_to_route,
+    mean_length,
 )
 
 log = logging.getLogger(__name__)
@@ -104,6 +118,13 @@ class ServerStats(SUTStats):
     single_token_outputs: int = 0
     loadgen_first_token_calls: int = 0
     loadgen_complete_calls: int = 0
+    # data parallel: "ours" or "vllm"; per engine what our router sent (None: one engine, or
+    # vLLM's routing, which the SUT does not see)
+    dp_routing: str | None = None
+    routed: list[dict[str, int]] | None = None
+    # per engine, the requests of the test that vLLM's engines finished and their prompt
+    # tokens, by the engine index they report (run with engine stats; warm-up not counted)
+    engine_served: list[dict[str, int]] | None = None
 
 
 @dataclass
@@ -120,6 +141,10 @@ class Timeline:
     # (time, running, waiting, KV cache use 0-1, preemptions so far): vLLM's own scheduler
     # stats at each gauge, when the SUT was built with engine_stats (else empty)
     engine: list[tuple[float, int, int, float, int]] = field(default_factory=list)
+    # Data parallel, per engine at each gauge: vLLM's (running, waiting) when built with
+    # engine_stats, and what our router has in flight / awaiting a first token there
+    engines: list[tuple[float, tuple[tuple[int, int], ...]]] = field(default_factory=list)
+    routed: list[tuple[float, tuple[tuple[int, int], ...]]] = field(default_factory=list)
 
 
 class ServerSUT(EngineSUT):
@@ -146,8 +171,11 @@ class ServerSUT(EngineSUT):
         start_timeout_s: float | None = None,
         engine_view: Any = None,
         output_lengths: Sequence[int] | None = None,
+        dp_routing: str = DEFAULT_ROUTING,
     ):
         super().__init__(name, Ledger(streaming=True, on_error=self.fail))
+        self._dp_routing = check_routing(dp_routing)
+        self._router: LeastWorkRouter | None = None
         self._engine_view = engine_view  # sut.engine_stats.EngineView, or None
         self._prompt_type = tokens_prompt
         self._report_first = not final_only  # `sampling_params` must then be FINAL_ONLY
@@ -167,6 +195,8 @@ class ServerSUT(EngineSUT):
         self._samples: list[tuple[float, float, float, int]] = []
         self._gauges: list[tuple[float, int, int, int]] = []
         self._engine_gauges: list[tuple[float, int, int, float, int]] = []
+        self._per_engine: list[tuple[float, tuple[tuple[int, int], ...]]] = []
+        self._routed: list[tuple[float, tuple[tuple[int, int], ...]]] = []
         self._progress = Progress(progress, name)
         self._loop = asyncio.new_event_loop()
         self._limit: asyncio.Semaphore | None = None
@@ -209,11 +239,13 @@ class ServerSUT(EngineSUT):
         start_timeout_s: float | None = None,
         engine_stats: bool = False,
         output_lengths: Sequence[int] | None = None,
+        dp_routing: str = DEFAULT_ROUTING,
     ) -> ServerSUT:
         """The runner's entry: an `EngineConfig` and `make_sampling_params` keyword arguments.
         `final_only`: Offline (data parallel): final outputs only, no first-token reports.
         `engine_stats`: sample vLLM's scheduler stats into the timeline (turns its stats on).
-        `output_lengths[i]`: sample index i's `max_tokens` (sut.engine.SampleParams)."""
+        `output_lengths[i]`: sample index i's `max_tokens` (sut.engine.SampleParams).
+        `dp_routing`: with data_parallel_size > 1, "ours" (sut.routing) or "vllm"."""
         from sut.engine import EngineConfig, create_async_engine, make_sampling_params
 
         defaults = dict(SERVER_ENGINE_DEFAULTS)
@@ -238,6 +270,7 @@ class ServerSUT(EngineSUT):
             start_timeout_s=start_timeout_s,
             engine_view=view,
             output_lengths=output_lengths,
+            dp_routing=dp_routing,
         )
 
     def limit_in_flight(self, max_in_flight: int | None) -> None:
@@ -267,11 +300,21 @@ class ServerSUT(EngineSUT):
         try:
             self._engine = engine_factory()
             self.vllm_config = getattr(self._engine, "vllm_config", None)
+            self.stats.dp_routing = self._routing_name()
+            if self._dp_routing == "ours":
+                n = engines_to_route(self.vllm_config)
+                if n > 1:
+                    self._router = LeastWorkRouter(n, mean_length(self._prompts))
         finally:
             # The engine's processes (engine core, its workers), remembered so shutdown can
             # reap the ones vLLM leaves behind: when the engine core is killed outright, its
             # worker is orphaned and keeps running.
             self._engine_procs = new_processes(before)
+
+    def _routing_name(self) -> str | None:
+        parallel = getattr(self.vllm_config, "parallel_config", None)
+        dp = int(getattr(parallel, "data_parallel_size", 1) or 1)
+        return self._dp_routing if dp > 1 else None
 
     def _start_watchdog(self) -> None:
         self._tasks.add(self._loop.create_task(self._watch_engine()))
@@ -285,18 +328,46 @@ class ServerSUT(EngineSUT):
             if stats.issued:
                 now = time.monotonic()
                 self._gauges.append((now, stats.issued, stats.completed, stats.engine_in_flight))
-                if self._engine_view is not None:
-                    self._engine_gauges.append((now, *self._engine_view.snapshot()))
+                view = self._engine_view
+                if view is not None:
+                    self._engine_gauges.append((now, *view.snapshot()))
+                    if stats.dp_routing is not None:
+                        self._per_engine.append((now, view.per_engine()))
+                if self._router is not None:
+                    self._routed.append((now, self._router.gauge()))
 
     def reset_stats(self) -> None:
         super().reset_stats()
+        self.stats.dp_routing = self._routing_name()
+        if self._router is not None:
+            self._router.reset_counts()
+        if self._engine_view is not None:
+            self._engine_view.mark()
         self._samples = []
         self._gauges = []
         self._engine_gauges = []
+        self._per_engine = []
+        self._routed = []
 
     def timeline(self) -> Timeline:
         """The current test's record (see the module docstring); copies, safe from any thread."""
-        return Timeline(list(self._samples), list(self._gauges), list(self._engine_gauges))
+        return Timeline(
+            list(self._samples),
+            list(self._gauges),
+            list(self._engine_gauges),
+            list(self._per_engine),
+            list(self._routed),
+        )
+
+    def stats_record(self) -> dict[str, Any]:
+        """The stats, with per data-parallel engine what our router sent and what vLLM's
+        engines say they finished (engine stats on): the engine side's own count."""
+        stats = self.stats
+        if self._router is not None:
+            stats.routed = self._router.summary()
+        if self._engine_view is not None and stats.dp_routing is not None:
+            stats.engine_served = self._engine_view.served()
+        return dict(vars(stats))
 
     async def _watch_engine(self) -> None:
         while not self._closed:
@@ -313,7 +384,12 @@ class ServerSUT(EngineSUT):
         async def one(i: int, prompt: Sequence[int]) -> bool:
             finished = False
             request = self._prompt_type(prompt_token_ids=list(prompt))
-            async for out in self._engine.generate(request, self._params_of.base, f"warmup-{i}"):
+            # every engine gets its share of the warm-up, whatever routes the test
+            rank = {"data_parallel_rank": i % self._router.n} if self._router else {}
+            stream = self._engine.generate(
+                request, self._params_of.base, f"{WARMUP_PREFIX}{i}", **rank
+            )
+            async for out in stream:
                 finished = bool(out.finished)
             return finished
 
@@ -363,6 +439,8 @@ class ServerSUT(EngineSUT):
         tokens: list[int] = []
         failed = True
         first_at = 0.0
+        router = self._router
+        rank = -1
         try:
             limit = self._limit
             if limit is not None:
@@ -374,8 +452,14 @@ class ServerSUT(EngineSUT):
                 stats.engine_in_flight += 1
                 if stats.engine_in_flight > stats.peak_engine_in_flight:
                     stats.peak_engine_in_flight = stats.engine_in_flight
-                prompt = self._prompt_type(prompt_token_ids=list(self._prompts[index]))
-                async for out in self._engine.generate(prompt, self._params_of(index), request_id):
+                ids = self._prompts[index]
+                prompt = self._prompt_type(prompt_token_ids=list(ids))
+                route = {}
+                if router is not None:
+                    rank = router.pick(len(ids))
+                    route = {"data_parallel_rank": rank}
+                params = self._params_of(index)
+                async for out in self._engine.generate(prompt, params, request_id, **route):
                     stats.engine_outputs += 1
                     self.ledger.progress()
                     new = out.outputs[0].token_ids if out.outputs else ()
@@ -384,12 +468,17 @@ class ServerSUT(EngineSUT):
                             first_at = time.monotonic()
                             if self._report_first:
                                 self._queue_first(rid, list(new))
+                                if rank >= 0:
+                                    router.first_token(rank, len(ids))  # type: ignore[union-attr]
                         tokens.extend(new)
                     # No break on `finished`: the generator ends by itself after its last
                     # output; leaving it suspended would make vLLM abort the request at GC.
                 failed = False
             finally:
                 self.stats.engine_in_flight -= 1
+                if rank >= 0:
+                    had_first = bool(tokens) and self._report_first
+                    router.finished(rank, len(ids), had_first=had_first)  # type: ignore[union-attr]
                 if limit is not None:
                     limit.release()
         except asyncio.CancelledError:

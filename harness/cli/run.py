@@ -107,6 +107,14 @@ def _add_run_arguments(p: argparse.ArgumentParser) -> None:
         "8192x4@150; 0: vLLM's own scheduling)",
     )
     p.add_argument(
+        "--dp-routing",
+        default="ours",
+        choices=["ours", "vllm"],
+        help="with --data-parallel-size N > 1: who picks each request's engine: ours (the SUT "
+        "sends it to the engine with the least outstanding work, prompts awaiting their prefill "
+        "weighed above decodes; sut/routing.py) or vllm (vLLM's own balancer)",
+    )
+    p.add_argument(
         "--engine-stats",
         action="store_true",
         help="Server/Interactive: sample vLLM's scheduler stats (running, waiting, KV cache use, "
@@ -223,6 +231,7 @@ def build_run_request(args: argparse.Namespace, extra: list[str]):
         round=args.round,
         offline_order=args.offline_order,
         engine_stats=args.engine_stats,
+        dp_routing=args.dp_routing,
         warmup_samples=args.warmup_samples,
         price_per_hour=args.price_per_hour,
         stall_timeout_s=args.stall_timeout or None,

@@ -38,6 +38,16 @@ def check_sut_options(req: Any) -> None:
     if req.price_per_hour is not None and req.price_per_hour <= 0:
         raise UsageError("--price-per-hour must be a positive number of dollars, e.g. 3.50")
     dp = int(req.engine_overrides.get("data_parallel_size") or 1)
+    per_node_lb = [
+        k
+        for k in ("data_parallel_external_lb", "data_parallel_hybrid_lb")
+        if req.engine_overrides.get(k)
+    ]
+    if dp > 1 and req.dp_routing == "ours" and per_node_lb:
+        raise UsageError(
+            f"--dp-routing ours needs one front end over every data-parallel engine, and "
+            f"{per_node_lb[0]} balances per node: add --dp-routing vllm"
+        )
     if req.offline_order != "arrival" and (req.scenario != "Offline" or dp > 1):
         raise UsageError(
             "--offline-order applies to Offline on one engine (data_parallel_size 1): drop it "

@@ -98,6 +98,8 @@ class RunRequest:
     round: str | None = None  # submission round the preflight judges by (harness.submission.rounds)
     offline_order: str = "arrival"  # sut.offline.ORDERS: samples to the engine by prompt length
     engine_stats: bool = False  # vLLM's scheduler stats into the timeline (Server-like SUT)
+    # data_parallel_size > 1: who picks each request's engine, "ours" (sut.routing) or "vllm"
+    dp_routing: str = "ours"
     warmup_samples: int = 0  # prompts (none of the test's) generated before it, untimed
     price_per_hour: float | None = None  # dollars: adds cost per million output tokens
     # No token for this long while samples are in flight fails the run (None: never).
@@ -241,6 +243,8 @@ def sut_options(prep: PreparedRun) -> dict[str, Any]:
     """What result.json records of the SUT's own options."""
     req, lengths = prep.request, prep.output_lengths
     out: dict[str, Any] = {"offline_order": req.offline_order, "warmup_samples": req.warmup_samples}
+    if int(prep.engine_config.kwargs.get("data_parallel_size") or 1) > 1:
+        out["dp_routing"] = req.dp_routing
     if lengths:
         out["output_lengths"] = req.output_lengths
         out["output_lengths_mean"] = round(sum(lengths) / len(lengths), 2)
@@ -309,6 +313,7 @@ def build_sut(prep: PreparedRun) -> Any:
         start_timeout_s=req.engine_start_timeout_s,
         engine_stats=req.engine_stats,
         output_lengths=prep.output_lengths,
+        dp_routing=req.dp_routing,
     )
 
 
@@ -453,7 +458,7 @@ def _run_tests(
     mode = req.modes()[0]
 
     def keep_stats(mode: str) -> None:
-        stats_by_mode[mode] = dict(vars(sut.stats))
+        stats_by_mode[mode] = sut.stats_record()
         # The performance test's stats are the run's (MLflow metrics, summary table).
         result.sut_stats = stats_by_mode.get("performance", stats_by_mode[mode])
         result.sut_stats_by_mode = stats_by_mode

@@ -46,6 +46,9 @@ Sample = tuple[float, float, float, int]  # issued, first token, completed, toke
 Gauge = tuple[float, int, int, int]  # time, issued, completed, in the engine
 # time, running, waiting, KV cache use (0-1), preemptions since the engine started (vLLM's own)
 EngineGauge = tuple[float, int, int, float, int]
+# time, and per data-parallel engine a pair: vLLM's (running, waiting), or what our router has
+# (in flight, awaiting a first token) there
+PerEngineGauge = tuple[float, tuple[tuple[int, int], ...]]
 
 
 @dataclass(frozen=True)
@@ -217,12 +220,16 @@ def series(
     gauges: Sequence[Gauge],
     step_s: float | None = None,
     engine: Sequence[EngineGauge] = (),
+    engines: Sequence[PerEngineGauge] = (),
+    routed: Sequence[PerEngineGauge] = (),
 ):
     """Per-step rows: t, issued, completed, backlog, in the engine, and the p99 TTFT / TPOT (ms)
     of the samples whose first token / completion fell in the step (the SUT's own clock: close
     to LoadGen's, which starts at the scheduled issue time). With `engine` (vLLM's scheduler
     stats, sampled with the gauges) also running, waiting, kv_cache_pct and preemptions (since
-    the test started) at the step's end."""
+    the test started) at the step's end. With data-parallel engines, `engines` (vLLM's running
+    and waiting per engine) and `routed` (our router's in flight and awaiting a first token per
+    engine) at the step's end, as lists of pairs."""
     if not samples:
         return []
     issues = sorted(s[0] for s in samples)
@@ -240,7 +247,12 @@ def series(
     gauge_times = [g[0] for g in gauges]
     engine_times = [e[0] for e in engine]
     preempted_before = engine[0][4] if engine else 0
-    rows = []
+    per_engine = [
+        (key, per, [p[0] for p in per])
+        for key, per in (("engines", engines), ("routed", routed))
+        if per
+    ]
+    rows: list[dict[str, Any]] = []
     for i in range(n):
         t = t0 + (i + 1) * step_s
         g = bisect.bisect_right(gauge_times, t) - 1
@@ -255,6 +267,9 @@ def series(
                 "tpot_p99_ms": _round(_p99(tpot[i])),
             }
         )
+        for key, per, times in per_engine:
+            k = max(0, bisect.bisect_right(times, t) - 1)
+            rows[-1][key] = [list(pair) for pair in per[k][1]]
         if engine:
             e = engine[max(0, bisect.bisect_right(engine_times, t) - 1)]
             rows[-1].update(
@@ -279,12 +294,14 @@ def write_timeline(
     title: str = "",
     limits_ms: tuple[float | None, float | None] = (None, None),
     engine: Sequence[EngineGauge] = (),
+    engines: Sequence[PerEngineGauge] = (),
+    routed: Sequence[PerEngineGauge] = (),
 ) -> dict[str, str]:
     """timeline.json (verdict + per-step series) and timeline.png in `out_dir`, each written
     aside and renamed into place. Returns the paths written; a chart that fails is reported,
     not raised (the measurement is on disk already)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    rows = series(samples, gauges, engine=engine)
+    rows = series(samples, gauges, engine=engine, engines=engines, routed=routed)
     doc = {"verdict": verdict.to_dict(), "limits_ms": list(limits_ms), "series": rows}
     path = out_dir / TIMELINE_JSON
     tmp = path.with_name(path.name + ".tmp")
@@ -319,6 +336,8 @@ def record_timeline(
             title=f"{title} at {target or 0:g} QPS",
             limits_ms=(limits.ttft_ms, limits.tpot_ms) if limits else (None, None),
             engine=getattr(tl, "engine", ()),
+            engines=getattr(tl, "engines", ()),
+            routed=getattr(tl, "routed", ()),
         )
         print(verdict.line(), flush=True)
         return {"sustained": verdict.to_dict(), "timeline": written}
@@ -340,7 +359,12 @@ def plot_timeline(
     import matplotlib.pyplot as plt
 
     t = [r["t"] for r in rows]
-    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(8, 5.5), sharex=True)
+    per_engine = bool(rows) and ("engines" in rows[-1] or "routed" in rows[-1])
+    if per_engine:
+        fig, (ax1, ax2, ax3) = plt.subplots(3, 1, figsize=(8, 8), sharex=True)
+        _plot_per_engine(ax3, t, rows)
+    else:
+        fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(8, 5.5), sharex=True)
     ax1.plot(t, [r["backlog"] for r in rows], label="backlog (issued - completed)")
     ax1.plot(t, [r["in_engine"] for r in rows], label="in the engine", alpha=0.7)
     if rows and "running" in rows[0]:  # vLLM's own view (run --engine-stats)
@@ -368,7 +392,7 @@ def plot_timeline(
                 ax2.axhline(limit, color=line.get_color(), ls="--", lw=0.8)
     ax2.set_yscale("log")
     ax2.set_ylabel("ms (dashed: limits)")
-    ax2.set_xlabel("seconds since the first issue")
+    (ax3 if per_engine else ax2).set_xlabel("seconds since the first issue")
     ax2.legend(loc="upper left", fontsize=8)
     fig.tight_layout()
     tmp = path.with_name(path.stem + ".tmp.png")
@@ -376,6 +400,33 @@ def plot_timeline(
     plt.close(fig)
     tmp.replace(path)
     return path
+
+
+def _plot_per_engine(ax: Any, t: list[float], rows: list[dict[str, Any]]) -> None:
+    """Data-parallel engines, one colour each: vLLM's waiting (solid) and running (dotted) with
+    engine stats on, else what our router has in flight (solid) and awaiting a first token
+    (dotted) there."""
+    key = "engines" if "engines" in rows[-1] else "routed"
+    labels = (
+        ("waiting", "running") if key == "engines" else ("sent, in flight", "awaiting 1st token")
+    )
+    n = max(len(r.get(key, ())) for r in rows)
+    for e in range(n):
+
+        def pick(r: dict[str, Any], i: int, e: int = e) -> int:
+            pairs = r.get(key) or []
+            return pairs[e][i] if e < len(pairs) else 0
+
+        if key == "engines":
+            (line,) = ax.plot(t, [pick(r, 1) for r in rows], label=f"engine {e} {labels[0]}")
+            ax.plot(t, [pick(r, 0) for r in rows], ":", color=line.get_color(), lw=0.8)
+        else:
+            (line,) = ax.plot(t, [pick(r, 0) for r in rows], label=f"engine {e} {labels[0]}")
+            ax.plot(t, [pick(r, 1) for r in rows], ":", color=line.get_color(), lw=0.8)
+    source = "vLLM's scheduler" if key == "engines" else "our router"
+    ax.set_ylabel(f"per engine ({source})", fontsize=8)
+    ax.set_title(f"dotted: {labels[1]}", fontsize=8)
+    ax.legend(loc="upper left", fontsize=7, ncol=2)
 
 
 def early_stopping_min_queries(over_limit: int = 1, percentile: float = 0.99) -> int:

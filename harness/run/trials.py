@@ -200,6 +200,8 @@ class TrialEngine:
             title=f"{self.prep.loadgen_model} {name} at {qps:g} QPS",
             limits_ms=(self.ttft_ms, self.tpot_ms),
             engine=tl.engine,
+            engines=tl.engines,
+            routed=tl.routed,
         )
         judged = judge_trial(perf, verdict, self.ttft_ms, self.tpot_ms)
         stats = self.sut.stats
@@ -223,6 +225,7 @@ class TrialEngine:
                 "peak_engine_in_flight": getattr(stats, "peak_engine_in_flight", None),
                 "completed_tokens_per_s": perf.get("tokens_per_second"),
                 "early_stopping_met": perf.get("early_stopping_met"),
+                "routed": self.sut.stats_record().get("routed"),
             },
         )
         self.trials.append(result)
