@@ -49,6 +49,15 @@
 #                          first) prints its progress and copies its files to $OUT (a folder as one .tgz)
 #   bench/gpu.sh real-small PART [args]  bench/real_small.sh's parts (the real small model:
 #                          accuracy, EOS, FP8, TEST06), e.g. `detach real-small serve Server 300`
+#   bench/gpu.sh dp-8b SCENARIO ROUTING TARGET [calibrate args]  (N GPUs, CUDA_VISIBLE_DEVICES)
+#                          Llama-3.1-8B on DP N engines behind one SUT, ROUTING ours|vllm
+#                          (--dp-routing): `calibrate` on h200.conf's line for SCENARIO ($LINES
+#                          another conf), engine stats on: the N-engine Offline bound (MEASURE,
+#                          default 1,000 x N samples), then one trial of TRIAL_S (default 600)
+#                          at TARGET QPS, on SAMPLES (default 2,000 x N) random prompts, 128 out
+#   bench/gpu.sh dp-8b-rounds SERVER_QPS INTERACTIVE_QPS  (4 GPUs) two rounds of dp-8b side by
+#                          side, ours on GPUs 0-1 and vLLM's routing on 2-3, same prompts and
+#                          rate: Server, then Interactive (each round in $OUT/<scenario>)
 #   bench/gpu.sh all       offline + server
 #   bench/gpu.sh probe     vLLM's own defaults (scheduler, compilation, fusion passes) as JSON
 #   bench/gpu.sh tune NAME [KEY=VALUE ...]   one engine config, FP8 + FP8 KV: a cold pass, then
@@ -75,7 +84,7 @@ REPEATS=${REPEATS:-2}
 MAXTOK=${MAXTOK:-128}
 MAXLEN405=${MAXLEN405:-22016}  # the 405B parts' max_model_len: 20,000-token prompts + 2,000 out
 DUMMY=(--engine-arg load_format=dummy --engine-arg skip_tokenizer_init=true
-       --engine-arg max_model_len=4096)
+       --engine-arg max_model_len="${MAXLEN8B:-4096}")  # MAXLEN8B: CPU dry runs on the tiny model
 FP8=(--engine-arg quantization=fp8 --engine-arg kv_cache_dtype=fp8)
 [ -n "${NO_FP8:-}" ] && FP8=()  # CPU dry runs of a part
 
@@ -104,13 +113,16 @@ cli_calibrate() {  # scenario, run args... (NO_CONFIRM=1: the trials alone, no 6
   local scenario=$1; shift
   local work=${TMPDIR:-/tmp}/gpu-bench; mkdir -p "$work"
   local confirm=(--confirm); [ -n "${NO_CONFIRM:-}" ] && confirm=()
-  pick_dataset "$MODEL" 870
+  pick_dataset "$MODEL" "${MEAN:-870}"
   python3 -m harness.cli calibrate --benchmark "$BENCHMARK" --scenario "$scenario" \
     --model "$MODEL" --dataset "$DATA" --output "$work/calibrate_$scenario" "${confirm[@]}" \
     --measure-samples "${MEASURE:-2000}" --trial-s "${TRIAL_S:-60}" --ignore-eos --max-tokens "$MAXTOK" \
     "${LENGTHS[@]}" "${DUMMY[@]}" "$@" 2>&1 | grep --line-buffered -E "calibrate|error|Error" | tee "$OUT/calibrate_$scenario.log"
   cp "$work/calibrate_$scenario/user.conf" "$OUT/calibrate_$scenario.conf" 2>/dev/null
   cp "$work/calibrate_$scenario/calibration.json" "$OUT/calibrate_$scenario.json" 2>/dev/null
+  # the trials' LoadGen logs and pictures (the per-query trace aside)
+  [ -d "$work/calibrate_$scenario/trials" ] && tar czf "$OUT/calibrate_${scenario}_trials.tgz" \
+    -C "$work/calibrate_$scenario" --exclude=mlperf_log_trace.json --exclude='*.lock' trials
   local d; for d in "$work/calibrate_$scenario"/confirm-*/; do
     [ -d "$d" ] && keep_run "$d" "confirm_${scenario}_$(basename "$d")"; done
 }
@@ -399,6 +411,27 @@ case "${1:-all}" in
   calibrate-interactive) shift; SAMPLES=2000 cli_calibrate Interactive "${FP8[@]}" \
       "${STACK_ARGS[@]}" "$@" ;;
   vs-raw) shift; vs_raw "$@" ;;
+  dp-8b)
+    shift; sc=${1:?scenario}; routing=${2:?routing: ours or vllm}; tq=${3:?target QPS}; shift 3
+    gpus=${CUDA_VISIBLE_DEVICES:-0}; n=$(( $(printf '%s' "$gpus" | tr -cd , | wc -c) + 1 ))
+    SAMPLES=${SAMPLES:-$((2000 * n))} MEASURE=${MEASURE:-$((1000 * n))} TRIAL_S=${TRIAL_S:-600} \
+      NO_CONFIRM=1 cli_calibrate "$sc" --engine-line "${LINES:-user_confs/examples/h200.conf}" \
+      --data-parallel-size "$n" --dp-routing "$routing" --start-qps "$tq" --trials 1 \
+      --engine-stats "$@" ;;
+  dp-8b-rounds)
+    shift; sq=${1:?Server QPS}; iq=${2:?Interactive QPS}; base=$OUT
+    # the rates are an H200's; on other cards scale them by NON_H200_SCALE (default 0.7, the
+    # H100's memory bandwidth over the H200's: a guess, recorded in the job's log)
+    if ! nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | grep -q H200; then
+      sq=$(python3 -c "print(round($sq * ${NON_H200_SCALE:-0.7}, 2))")
+      iq=$(python3 -c "print(round($iq * ${NON_H200_SCALE:-0.7}, 2))")
+      echo "dp-8b-rounds: not an H200: Server $sq, Interactive $iq QPS"
+    fi
+    for round in "Server $sq" "Interactive $iq"; do
+      read -r sc tq <<< "$round"
+      OUT=$base/$sc STAGGER_S=${STAGGER_S:-2} bash bench/gpu.sh parallel \
+        "CUDA_VISIBLE_DEVICES=0,1 dp-8b $sc ours $tq" "CUDA_VISIBLE_DEVICES=2,3 dp-8b $sc vllm $tq"
+    done ;;
   real-small) shift; bash bench/real_small.sh "$@" ;;  # the real small model (its header)
   confirm) shift; cli_confirm "$@" ;;
   study) shift; study "$@" ;;

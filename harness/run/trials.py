@@ -205,6 +205,7 @@ class TrialEngine:
         )
         judged = judge_trial(perf, verdict, self.ttft_ms, self.tpot_ms)
         stats = self.sut.stats
+        record = self.sut.stats_record()
         result = TrialResult(
             name=name,
             target_qps=qps,
@@ -225,7 +226,7 @@ class TrialEngine:
                 "peak_engine_in_flight": getattr(stats, "peak_engine_in_flight", None),
                 "completed_tokens_per_s": perf.get("tokens_per_second"),
                 "early_stopping_met": perf.get("early_stopping_met"),
-                "routed": self.sut.stats_record().get("routed"),
+                **{k: record.get(k) for k in ("dp_routing", "routed", "engine_served")},
             },
         )
         self.trials.append(result)
