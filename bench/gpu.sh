@@ -57,7 +57,10 @@
 #                          at TARGET QPS, on SAMPLES (default 2,000 x N) random prompts, 128 out
 #   bench/gpu.sh dp-8b-rounds SERVER_QPS INTERACTIVE_QPS  (4 GPUs) two rounds of dp-8b side by
 #                          side, ours on GPUs 0-1 and vLLM's routing on 2-3, same prompts and
-#                          rate: Server, then Interactive (each round in $OUT/<scenario>)
+#                          rate: Server, then Interactive (each round in $OUT/<scenario>);
+#                          TRIAL_S_<Scenario> a round's trial length (default TRIAL_S, 600)
+#   bench/gpu.sh dp-8b-all  (4 GPUs) the host's Offline (DP 2 beside two single engines), then
+#                          dp-8b-rounds at SERVER_FRAC / INTERACTIVE_FRAC x 2 x one engine's rate
 #   bench/gpu.sh all       offline + server
 #   bench/gpu.sh probe     vLLM's own defaults (scheduler, compilation, fusion passes) as JSON
 #   bench/gpu.sh tune NAME [KEY=VALUE ...]   one engine config, FP8 + FP8 KV: a cold pass, then
@@ -418,19 +421,37 @@ case "${1:-all}" in
       NO_CONFIRM=1 cli_calibrate "$sc" --engine-line "${LINES:-user_confs/examples/h200.conf}" \
       --data-parallel-size "$n" --dp-routing "$routing" --start-qps "$tq" --trials 1 \
       --engine-stats "$@" ;;
+  offline-n)  # Llama-3.1-8B FP8 Offline through `mlperf-vllm run`, SAMPLES (default 2,000) random
+    # prompts of mean 870, 128 out, one query; NAME tags the files, run args follow
+    shift; name=$1; shift; SAMPLES=${SAMPLES:-2000} cli_offline "8b_fp8_$name" "$MODEL" "${MEAN:-870}" "$MAXTOK" "${FP8[@]}" "$@" ;;
+  dp-8b-all)  # 4 GPUs: the same host's Offline first (DP 2 with our router on GPUs 0-1, one
+    # engine on each of GPUs 2 and 3, h200.conf's Offline line = the Server line's batch), then
+    # dp-8b-rounds at SERVER_FRAC (default 0.96) and INTERACTIVE_FRAC (0.85) x 2 x the mean
+    # one-engine samples/s, the same rate on both pairs
+    shift; base=$OUT; line=${LINES:-user_confs/examples/h200.conf}
+    OUT=$base/Offline STAGGER_S=1 bash bench/gpu.sh parallel \
+      "CUDA_VISIBLE_DEVICES=0,1 SAMPLES=4000 offline-n dp2 --engine-line $line --data-parallel-size 2" \
+      "CUDA_VISIBLE_DEVICES=2 offline-n one --engine-line $line" \
+      "CUDA_VISIBLE_DEVICES=3 offline-n one --engine-line $line"
+    read -r sq iq < <(python3 - "$base/Offline" "${SERVER_FRAC:-0.96}" "${INTERACTIVE_FRAC:-0.85}" <<'PY'
+import glob, json, sys
+rates = [json.load(open(f))["performance"]["samples_per_second"]
+         for f in sorted(glob.glob(sys.argv[1] + "/gpu[12]/run_8b_fp8_one_result.json"))]
+per = sum(rates) / len(rates)
+print(round(float(sys.argv[2]) * 2 * per, 2), round(float(sys.argv[3]) * 2 * per, 2))
+PY
+)
+    echo "dp-8b-all: one engine's Offline on this host -> Server $sq, Interactive $iq QPS (2 engines)"
+    [ -n "$sq" ] || exit 1
+    OUT=$base bash bench/gpu.sh dp-8b-rounds "$sq" "$iq" ;;
   dp-8b-rounds)
     shift; sq=${1:?Server QPS}; iq=${2:?Interactive QPS}; base=$OUT
-    # the rates are an H200's; on other cards scale them by NON_H200_SCALE (default 0.7, the
-    # H100's memory bandwidth over the H200's: a guess, recorded in the job's log)
-    if ! nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | grep -q H200; then
-      sq=$(python3 -c "print(round($sq * ${NON_H200_SCALE:-0.7}, 2))")
-      iq=$(python3 -c "print(round($iq * ${NON_H200_SCALE:-0.7}, 2))")
-      echo "dp-8b-rounds: not an H200: Server $sq, Interactive $iq QPS"
-    fi
     for round in "Server $sq" "Interactive $iq"; do
       read -r sc tq <<< "$round"
+      ts_var=TRIAL_S_$sc; ts=${!ts_var:-${TRIAL_S:-600}}  # e.g. TRIAL_S_Interactive=420
       OUT=$base/$sc STAGGER_S=${STAGGER_S:-2} bash bench/gpu.sh parallel \
-        "CUDA_VISIBLE_DEVICES=0,1 dp-8b $sc ours $tq" "CUDA_VISIBLE_DEVICES=2,3 dp-8b $sc vllm $tq"
+        "CUDA_VISIBLE_DEVICES=0,1 TRIAL_S=$ts dp-8b $sc ours $tq" \
+        "CUDA_VISIBLE_DEVICES=2,3 TRIAL_S=$ts dp-8b $sc vllm $tq"
     done ;;
   real-small) shift; bash bench/real_small.sh "$@" ;;  # the real small model (its header)
   confirm) shift; cli_confirm "$@" ;;
