@@ -12,7 +12,7 @@ token sums a per-request check in all but name. And the work is spread: the Offl
 burst) by prompt tokens, the Server's arrivals so that each engine got its share and vLLM saw
 both running at once.
 
-Time budget: ~150 s: two runs, each starting two engines side by side.
+Time budget: 150 s: two runs, each starting two engines side by side.
 """
 
 from __future__ import annotations

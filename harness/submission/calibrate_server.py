@@ -43,6 +43,14 @@ from harness.run.child import ChildRun, run_in_child
 RECORD_FILE = "calibration.json"
 
 
+def gpus_of(engine_kwargs: Any) -> int:
+    """The GPUs one engine configuration spans: tensor x pipeline x data parallel sizes."""
+    n = 1
+    for key in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"):
+        n *= int(engine_kwargs.get(key) or 1)
+    return n
+
+
 def write_record(req: Any, record: dict[str, Any]) -> None:
     """calibration.json in the calibration's folder, written aside and renamed into place."""
     files.write_text(req.output / RECORD_FILE, json.dumps(record, indent=2, default=str) + "\n")
@@ -67,9 +75,11 @@ def calibrate_server(
     try:
         off = eng.offline_rate(req.measure_samples)
         ceiling = float(off.get("samples_per_second") or 0.0)
+        gpus = gpus_of(prep.engine_config.kwargs)
+        per_gpu = f"; {ceiling / gpus:.3f} per GPU over {gpus}" if gpus > 1 else ""
         print(
             f"calibrate: Offline on the same engine {ceiling:.3f} samples/s "
-            f"({req.measure_samples} samples): no target above it can be sustained",
+            f"({req.measure_samples} samples{per_gpu}): no target above it can be sustained",
             flush=True,
         )
         if ceiling <= 0:
@@ -77,7 +87,8 @@ def calibrate_server(
 
         def measure(qps: float) -> bool:
             t = eng.trial(qps, req.trial_s, name="trial", min_queries=req.trial_queries)
-            print(f"calibrate: {t.line()}", flush=True)
+            each = f" [{qps / gpus:.3f} QPS per GPU over {gpus}]" if gpus > 1 else ""
+            print(f"calibrate: {t.line()}{each}", flush=True)
             for note in t.notes:
                 print(f"calibrate:   ({note})", flush=True)
             return t.passed
@@ -95,6 +106,8 @@ def calibrate_server(
         "limits_ms": {"ttft_p99": limits.ttft_ms, "tpot_p99": limits.tpot_ms},
         "engine_start_s": eng.engine_start_s,
         "offline_samples_per_second": ceiling,
+        "gpus": gpus,  # tensor x pipeline x data parallel: figures per GPU are these / gpus
+        "offline_samples_per_second_per_gpu": round(ceiling / gpus, 4),
         "measure_samples": req.measure_samples,
         "trial_s": req.trial_s,
         "trials": [t.to_dict() for t in trials],
@@ -117,7 +130,8 @@ def calibrate_server(
     write_record(req, record)
     lines = [
         f"# --- mlperf-vllm calibrate, {time.strftime('%Y-%m-%d %H:%M')} ---",
-        f"# the same engine's Offline rate: {ceiling:.3f} samples/s (the search's ceiling)",
+        f"# the same engine's Offline rate: {ceiling:.3f} samples/s (the search's ceiling"
+        + (f"; {ceiling / gpus:.3f} per GPU over {gpus} GPUs)" if gpus > 1 else ")"),
         f"# trials of >= {req.trial_s:g} s on one engine, each judged by p99 TTFT <= "
         f"{limits.ttft_ms:g} ms, TPOT <= {limits.tpot_ms:g} ms ({lg_model}), early stopping "
         "where judgeable, and the engine keeping up over the steady part:",
