@@ -421,9 +421,10 @@ case "${1:-all}" in
       NO_CONFIRM=1 cli_calibrate "$sc" --engine-line "${LINES:-user_confs/examples/h200.conf}" \
       --data-parallel-size "$n" --dp-routing "$routing" --start-qps "$tq" --trials 1 \
       --engine-stats "$@" ;;
-  offline-n)  # Llama-3.1-8B FP8 Offline through `mlperf-vllm run`, SAMPLES (default 2,000) random
-    # prompts of mean 870, 128 out, one query; NAME tags the files, run args follow
-    shift; name=$1; shift; SAMPLES=${SAMPLES:-2000} cli_offline "8b_fp8_$name" "$MODEL" "${MEAN:-870}" "$MAXTOK" "${FP8[@]}" "$@" ;;
+  offline-n)  # Llama-3.1-8B FP8 Offline through `mlperf-vllm run`, SAMPLES random
+    # prompts of mean 870, 128 out, one query (SAMPLES: gpu.sh's default, 1,000); NAME tags the
+    # files, run args follow
+    shift; name=$1; shift; cli_offline "8b_fp8_$name" "$MODEL" "${MEAN:-870}" "$MAXTOK" "${FP8[@]}" "$@" ;;
   dp-8b-all)  # 4 GPUs: the same host's Offline first (DP 2 with our router on GPUs 0-1, one
     # engine on each of GPUs 2 and 3, h200.conf's Offline line = the Server line's batch), then
     # dp-8b-rounds at SERVER_FRAC (default 0.96) and INTERACTIVE_FRAC (0.85) x 2 x the mean
