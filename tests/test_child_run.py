@@ -36,6 +36,7 @@ def test_the_flags_it_writes_are_the_ones_run_reads(tmp_path):
         price_per_hour=3.5,
         offline_order="longest-first",
         warmup_samples=4,
+        dp_routing="vllm",
         engine_args=("max_num_seqs=8", "enforce_eager=true"),
         extra_args=("--max-num-batched-tokens", "512", "--allow-pickle"),
     )
@@ -58,6 +59,7 @@ def test_the_flags_it_writes_are_the_ones_run_reads(tmp_path):
         "price_per_hour": args.price_per_hour,
         "offline_order": args.offline_order,
         "warmup_samples": args.warmup_samples,
+        "dp_routing": args.dp_routing,
         "engine_args": tuple(args.engine_arg),
     }
     # every field that is a flag is read back, so a new field cannot go unchecked

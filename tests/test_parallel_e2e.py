@@ -30,6 +30,23 @@ pytestmark = pytest.mark.e2e
 DP_ENV = {"VLLM_CPU_OMP_THREADS_BIND": "auto"}
 
 
+def _run_dp2(tiny_model, tiny_dataset, out, conf, *extra: str, **kw: str):
+    """`run` on two data-parallel engines with vLLM's per-engine stats on; checked to succeed."""
+    proc = cli(
+        *run_args(
+            tiny_model,
+            tiny_dataset,
+            out,
+            conf,
+            *("--data-parallel-size", "2", "--engine-stats", *extra),
+            **kw,
+        ),
+        env=DP_ENV,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    return json.loads((out / "result.json").read_text())
+
+
 def _served_as_routed(stats: dict) -> None:
     assert stats["dp_routing"] == "ours"
     routed, served = stats["routed"], stats["engine_served"]
@@ -42,25 +59,16 @@ def _served_as_routed(stats: dict) -> None:
 
 def test_offline_data_parallel_2_is_valid_and_recorded(tiny_model, tiny_dataset, tmp_path):
     out = tmp_path / "dp2"
-    proc = cli(
-        *run_args(
-            tiny_model,
-            tiny_dataset,
-            out,
-            SMOKE / "offline.conf",
-            "--no-evaluate",
-            "--data-parallel-size",
-            "2",
-            "--engine-stats",
-            # Long enough that two engines cannot finish the smoke query inside its 200 ms minimum.
-            "--max-tokens",
-            "64",
-            mode="both",
-        ),
-        env=DP_ENV,
+    # 64 tokens: long enough that two engines cannot finish the smoke query inside its 200 ms
+    # minimum
+    result = _run_dp2(
+        tiny_model,
+        tiny_dataset,
+        out,
+        SMOKE / "offline.conf",
+        *("--no-evaluate", "--max-tokens", "64"),
+        mode="both",
     )
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
-    result = json.loads((out / "result.json").read_text())
     assert result["engine_args"]["data_parallel_size"] == 2
     assert result["sut_options"]["dp_routing"] == "ours"
     perf = result["performance"]
@@ -91,23 +99,7 @@ def test_server_data_parallel_2_routes_each_request_to_the_engine_that_serves_it
     conf.write_text(
         "*.Server.min_duration = 2000\n*.Server.min_query_count = 300\n*.Server.target_qps = 24\n"
     )
-    proc = cli(
-        *run_args(
-            tiny_model,
-            tiny_dataset,
-            out,
-            conf,
-            "--data-parallel-size",
-            "2",
-            "--engine-stats",
-            "--max-tokens",
-            "16",
-            scenario="Server",
-        ),
-        env=DP_ENV,
-    )
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
-    result = json.loads((out / "result.json").read_text())
+    result = _run_dp2(tiny_model, tiny_dataset, out, conf, "--max-tokens", "16", scenario="Server")
     stats = result["sut_stats"]
     assert stats["completed"] == stats["issued"] >= 300 and stats["failed_samples"] == 0
     assert stats["first_token_order_violations"] == 0

@@ -653,6 +653,7 @@ def test_sut_option_knobs_reach_the_run_and_are_guarded(tmp_path):
         ("knob k --sut batch=4\n", "'batch' is not a SUT option"),
         ("knob k --sut offline_order=random\n", "use one of arrival, longest-first"),
         ("knob k --sut warmup_samples=lots\n", "whole number"),
+        ("knob k --sut dp_routing=random\n", "use one of ours, vllm"),
     ],
 )
 def test_bad_sut_knobs(tmp_path, body, match):

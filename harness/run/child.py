@@ -46,6 +46,7 @@ class ChildRun:
     price_per_hour: float | None = None
     offline_order: str | None = None  # SUT options (Offline); None: the run's default
     warmup_samples: int | None = None
+    dp_routing: str | None = None  # data parallel: "ours" or "vllm"
     engine_args: tuple[str, ...] = ()  # KEY=VALUE, each as --engine-arg
     extra_args: tuple[str, ...] = ()  # further `run` flags as a user wrote them (engine flags)
     env: tuple[tuple[str, str], ...] = ()  # set in the child's environment only
@@ -80,6 +81,8 @@ class ChildRun:
             flags += ["--offline-order", self.offline_order]
         if self.warmup_samples is not None:
             flags += ["--warmup-samples", str(self.warmup_samples)]
+        if self.dp_routing is not None:
+            flags += ["--dp-routing", self.dp_routing]
         return [*flags, *self.extra_args]
 
     def argv(self) -> list[str]:

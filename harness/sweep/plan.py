@@ -35,7 +35,7 @@ _SETTINGS = (
 )
 # Options of our SUT a knob may set (`--sut KEY=VALUE`), fields of harness.run.child.ChildRun;
 # each run records them in result.json `sut_options`.
-SUT_KNOBS = ("offline_order", "warmup_samples")
+SUT_KNOBS = ("offline_order", "warmup_samples", "dp_routing")
 
 
 class PlanError(UsageError):
@@ -130,11 +130,14 @@ def _parse_change(tokens: list[str], where: str) -> Change:
 
 def _sut_value(key: str, value: str, where: str) -> str:
     from sut.offline import ORDERS
+    from sut.routing import ROUTINGS
 
     if key == "offline_order" and value not in ORDERS:
         raise PlanError(f"{where}: --sut offline_order={value}: use one of {', '.join(ORDERS)}")
     if key == "warmup_samples" and not value.isdigit():
         raise PlanError(f"{where}: --sut warmup_samples={value}: give a whole number >= 0")
+    if key == "dp_routing" and value not in ROUTINGS:
+        raise PlanError(f"{where}: --sut dp_routing={value}: use one of {', '.join(ROUTINGS)}")
     return value
 
 

@@ -105,6 +105,7 @@ def child_run(
         price_per_hour=price_per_hour,
         offline_order=sut.get("offline_order"),
         warmup_samples=int(sut["warmup_samples"]) if "warmup_samples" in sut else None,
+        dp_routing=sut.get("dp_routing"),
         engine_args=spec.engine_args,
         env=spec.env,
         timeout_s=timeout_s,
