@@ -30,6 +30,8 @@ from dataclasses import dataclass
 
 ROUTINGS = ("ours", "vllm")
 DEFAULT_ROUTING = "ours"
+# vLLM's data-parallel layouts that balance per node, each front end seeing only its own cores
+PER_NODE_BALANCING = ("data_parallel_external_lb", "data_parallel_hybrid_lb")
 # One prompt of the dataset's mean length waiting for its prefill weighs as much as this many
 # requests decoding.
 PREFILL_WEIGHT = 8.0
@@ -55,9 +57,7 @@ def engines_to_route(vllm_config: object) -> int:
     size = int(getattr(parallel, "data_parallel_size", 1) or 1)
     if size <= 1:
         return 1
-    if getattr(parallel, "data_parallel_external_lb", False) or getattr(
-        parallel, "data_parallel_hybrid_lb", False
-    ):
+    if any(getattr(parallel, key, False) for key in PER_NODE_BALANCING):
         raise RoutingError(
             "--dp-routing ours needs one front end over every data-parallel engine; this layout "
             "balances per node (vLLM's external or hybrid load balancing): use --dp-routing vllm"

@@ -17,6 +17,7 @@ from harness.cli.flags import (
     tracking_config,
 )
 from harness.errors import UsageError
+from sut.routing import DEFAULT_ROUTING, ROUTINGS
 
 
 def add_parser(sub) -> None:
@@ -108,8 +109,8 @@ def _add_run_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--dp-routing",
-        default="ours",
-        choices=["ours", "vllm"],
+        default=DEFAULT_ROUTING,
+        choices=ROUTINGS,
         help="with --data-parallel-size N > 1: who picks each request's engine: ours (the SUT "
         "sends it to the engine with the least outstanding work, prompts awaiting their prefill "
         "weighed above decodes; sut/routing.py) or vllm (vLLM's own balancer)",

@@ -13,6 +13,7 @@ from harness.run.engine_log import ENGINE_START_LOG
 from harness.run.result import RESULT_FILE, TEST06_DIR, RunResult
 from harness.run.settings import LOADGEN_SCENARIO, NO_AUDIT_NAME
 from harness.run.user_conf import ignored_lines
+from sut.routing import PER_NODE_BALANCING
 
 
 def check_sut_options(req: Any) -> None:
@@ -38,11 +39,7 @@ def check_sut_options(req: Any) -> None:
     if req.price_per_hour is not None and req.price_per_hour <= 0:
         raise UsageError("--price-per-hour must be a positive number of dollars, e.g. 3.50")
     dp = int(req.engine_overrides.get("data_parallel_size") or 1)
-    per_node_lb = [
-        k
-        for k in ("data_parallel_external_lb", "data_parallel_hybrid_lb")
-        if req.engine_overrides.get(k)
-    ]
+    per_node_lb = [k for k in PER_NODE_BALANCING if req.engine_overrides.get(k)]
     if dp > 1 and req.dp_routing == "ours" and per_node_lb:
         raise UsageError(
             f"--dp-routing ours needs one front end over every data-parallel engine, and "

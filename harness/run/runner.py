@@ -66,6 +66,7 @@ from sut.lifecycle import (
     INTERRUPT_STOP_TIMEOUT_S,
     EngineStartTimeout,
 )
+from sut.routing import DEFAULT_ROUTING
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +100,7 @@ class RunRequest:
     offline_order: str = "arrival"  # sut.offline.ORDERS: samples to the engine by prompt length
     engine_stats: bool = False  # vLLM's scheduler stats into the timeline (Server-like SUT)
     # data_parallel_size > 1: who picks each request's engine, "ours" (sut.routing) or "vllm"
-    dp_routing: str = "ours"
+    dp_routing: str = DEFAULT_ROUTING
     warmup_samples: int = 0  # prompts (none of the test's) generated before it, untimed
     price_per_hour: float | None = None  # dollars: adds cost per million output tokens
     # No token for this long while samples are in flight fails the run (None: never).

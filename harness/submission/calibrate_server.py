@@ -39,16 +39,9 @@ from harness import files
 from harness.benchmarks import Benchmark
 from harness.errors import UsageError
 from harness.run.child import ChildRun, run_in_child
+from harness.run.ray_cluster import layout_of
 
 RECORD_FILE = "calibration.json"
-
-
-def gpus_of(engine_kwargs: Any) -> int:
-    """The GPUs one engine configuration spans: tensor x pipeline x data parallel sizes."""
-    n = 1
-    for key in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"):
-        n *= int(engine_kwargs.get(key) or 1)
-    return n
 
 
 def write_record(req: Any, record: dict[str, Any]) -> None:
@@ -75,7 +68,7 @@ def calibrate_server(
     try:
         off = eng.offline_rate(req.measure_samples)
         ceiling = float(off.get("samples_per_second") or 0.0)
-        gpus = gpus_of(prep.engine_config.kwargs)
+        gpus = layout_of(prep.engine_config.kwargs).devices
         per_gpu = f"; {ceiling / gpus:.3f} per GPU over {gpus}" if gpus > 1 else ""
         print(
             f"calibrate: Offline on the same engine {ceiling:.3f} samples/s "
