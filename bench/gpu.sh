@@ -128,6 +128,7 @@ cli_calibrate() {  # scenario, run args... (NO_CONFIRM=1: the trials alone, no 6
     -C "$work/calibrate_$scenario" --exclude=mlperf_log_trace.json --exclude='*.lock' trials
   local d; for d in "$work/calibrate_$scenario"/confirm-*/; do
     [ -d "$d" ] && keep_run "$d" "confirm_${scenario}_$(basename "$d")"; done
+  [ -f "$work/calibrate_$scenario/calibration.json" ]  # the part's status: its record exists
 }
 
 keep_run() {  # run folder, tag: its LoadGen summary and detail log, picture and result.json to $OUT/TAG_*
@@ -138,6 +139,11 @@ keep_run() {  # run folder, tag: its LoadGen summary and detail log, picture and
   # the part's status: whether the run left its result (an Offline run has no timeline and a
   # performance run no accuracy log; `parallel` counts the parts that failed)
   cp "$1/result.json" "$OUT/$2_result.json" 2>/dev/null
+  # `run --profile`: the window's summary and vLLM's kernel table of rank 0 (not the traces)
+  cp "$1/profile/summary.json" "$OUT/$2_profile.json" 2>/dev/null
+  local t; for t in "$1"/profile/*rank0*profiler_out*.txt "$1"/profile/*profiler_out_0.txt; do
+    [ -f "$t" ] && cp "$t" "$OUT/$2_profiler_out.txt"; done
+  return 0  # what a run left is the part's status (its result.json), not the last copy's
 }
 
 random_dataset() {  # model, mean input length -> path of a JSON set of $SAMPLES prompts
@@ -188,7 +194,7 @@ cli_offline() {  # name, model, mean input length, max tokens, run args...
   python3 -m harness.cli run --benchmark "$BENCHMARK" --scenario Offline "${mode[@]}" \
     --model "$model" --dataset "$DATA" --output "$work/run_$name" --user-conf "$conf" \
     --no-mlflow --no-progress --ignore-eos --max-tokens "$maxtok" "${LENGTHS[@]}" "${DUMMY[@]}" \
-    "${SUT_OPTS[@]}" "$@" 2>&1 | grep -E "validity|tokens/s|samples|duration|warm-up|cost|error|Error" \
+    "${SUT_OPTS[@]}" "$@" 2>&1 | grep -E "validity|tokens/s|samples|duration|warm-up|cost|profile:|error|Error" \
     | sed "s/^/[$name] /" \
     | tee "$OUT/run_$name.log"
   keep_run "$work/run_$name" "run_$name"
@@ -396,6 +402,39 @@ case "${1:-all}" in
     BENCHMARK=llama2-70b MODEL=${MODEL70:-.gpu-stage/bin/llama2_70b_dummy} PROFILE=openorca \
       MAXTOK=1024 CONFIRM_N=${N70:-1000} cli_confirm "$sc" "$tq" "${POLICY:--}" \
       --engine-arg max_model_len=2048 "${STACK_ARGS[@]}" "$@" ;;
+  layout-70b)  # one layout of Llama-2-70B (CUDA_VISIBLE_DEVICES, parallel flags as args): one
+    # engine start, its Offline rate through the streaming SUT on MEASURE samples (default N70),
+    # then TRIALS (default 2) trials of SCENARIO (default Interactive) of TRIAL_S (default 120 s)
+    # from FRAC (default 0.5) x that rate (`calibrate --start-fraction`, no confirmation);
+    # N70 samples (default 1,000) of OpenOrca's profile; engine flags $STACK and any given
+    shift; sc=${SCENARIO:-Interactive}
+    NO_CONFIRM=1 MEASURE=${MEASURE:-${N70:-1000}} TRIAL_S=${TRIAL_S:-120} bash bench/gpu.sh \
+      calibrate-70b "$sc" --start-fraction "${FRAC:-0.5}" --trials "${TRIALS:-2}" "$@" ;;
+  layouts-70b)  # 4 GPUs: Llama-2-70B per layout, per GPU, on one host. ROUNDS (default "1 2 3"):
+    #   1: TP 2 on GPUs 0-1 (layout-70b, 2 x M samples) beside TP 1 on GPU 2 (layout-70b, M) and
+    #      TP 1 on GPU 3 through the Offline SUT (offline-70b, N1 samples, PROFILE_OFF window)
+    #   2: TP 4 on GPUs 0-3 (layout-70b, 4 x M)
+    #   3: Interactive's step budget on TP 2, at one rate: IQ QPS (default round 1's first TP 2
+    #      trial) for INT_MS (default 120,000) at BUDGET tokens a step (default 512) on GPUs 0-1,
+    #      beside vLLM's budget on GPUs 2-3, profiled over PROFILE_INT (default 20@300)
+    shift; base=$OUT; m=${M:-600}
+    for r in ${ROUNDS:-1 2 3}; do
+      case $r in
+        1) OUT=$base/round1 STAGGER_S=${STAGGER_S:-5} bash bench/gpu.sh parallel \
+             "CUDA_VISIBLE_DEVICES=0,1 N70=$((2 * m)) layout-70b --tensor-parallel-size 2" \
+             "CUDA_VISIBLE_DEVICES=2 N70=$m layout-70b" \
+             "CUDA_VISIBLE_DEVICES=3 N70=${N1:-1000} offline-70b --profile ${PROFILE_OFF:-20@400}" ;;
+        2) OUT=$base/round2 bash bench/gpu.sh parallel \
+             "CUDA_VISIBLE_DEVICES=0,1,2,3 N70=$((4 * m)) layout-70b --tensor-parallel-size 4" ;;
+        3) iq=${IQ:-$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["trials"][0]["target_qps"])' \
+             "$base/round1/gpu0/calibrate_Interactive.json")}
+           echo "layouts-70b: round 3 at $iq QPS"
+           OUT=$base/round3 STAGGER_S=${STAGGER_S:-5} bash bench/gpu.sh parallel \
+             "CUDA_VISIBLE_DEVICES=0,1 CONFIRM_MS=${INT_MS:-120000} N70=$((2 * m)) confirm-70b Interactive $iq --tensor-parallel-size 2 --engine-arg max_num_batched_tokens=${BUDGET:-512}" \
+             "CUDA_VISIBLE_DEVICES=2,3 CONFIRM_MS=${INT_MS:-120000} N70=$((2 * m)) confirm-70b Interactive $iq --tensor-parallel-size 2 --profile ${PROFILE_INT:-20@300}" ;;
+      esac
+      echo "layouts-70b: round $r done"
+    done ;;
   tp2-70b)   # 2 GPUs: Llama-2-70B FP8 + FP8 KV, TP 2; OpenOrca-like input, its mean output length
     BENCHMARK=llama2-70b cli_offline 70b_fp8_tp2 .gpu-stage/bin/llama2_70b_dummy 300 294 "${FP8[@]}" \
       --tensor-parallel-size 2 ;;

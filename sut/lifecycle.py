@@ -431,6 +431,12 @@ class EngineSUT:
         self.fail(StallError(message))
         return message
 
+    def profile(self, start: bool) -> None:  # pragma: no cover
+        """Start or stop vLLM's profiler; the engine must have been built with a
+        `profiler_config` (its window: that config's delay and max iterations). Called between
+        tests, when no request is in flight; a stop returns once every rank wrote its trace."""
+        raise NotImplementedError
+
     def stop(self, timeout_s: float = DEFAULT_STOP_TIMEOUT_S) -> None:  # pragma: no cover
         raise NotImplementedError
 

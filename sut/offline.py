@@ -223,6 +223,13 @@ class OfflineSUT(EngineSUT):
             finished += sum(out.finished for out in self._engine.step())
         return finished
 
+    def profile(self, start: bool) -> None:
+        # between tests the request loop is idle (it steps only while requests are pending)
+        if start:
+            self._engine.start_profile()
+        else:
+            self._engine.stop_profile()
+
     def _complete(self, done: list[tuple[int, Sequence[int]]]) -> None:
         n, tokens = self.ledger.complete(done)
         stats = self.stats

@@ -97,6 +97,8 @@ log = logging.getLogger(__name__)
 WATCHDOG_PERIOD_S = 0.5
 GAUGE_PERIOD_S = 0.5
 FAILED_ENGINE_GRACE_S = 2.0
+# a profiler stop waits for every rank to write its trace (seconds for a large model's window)
+PROFILE_CALL_TIMEOUT_S = 300.0
 
 # The async engine logs throughput every few seconds by default; LoadGen measures that itself.
 SERVER_ENGINE_DEFAULTS: Mapping[str, Any] = {"disable_log_stats": True}
@@ -402,6 +404,10 @@ class ServerSUT(EngineSUT):
         return int(self._call(all_of_them(), timeout=timeout_s))
 
     # LoadGen callbacks -----------------------------------------------------------------------
+    def profile(self, start: bool) -> None:
+        call = self._engine.start_profile() if start else self._engine.stop_profile()
+        self._call(call, PROFILE_CALL_TIMEOUT_S)
+
     def issue_queries(self, query_samples) -> None:
         # Copy (id, index) out now: LoadGen owns the QuerySample objects. Never block here.
         items = [(q.id, q.index) for q in query_samples]

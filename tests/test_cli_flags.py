@@ -37,6 +37,7 @@ def test_every_calibrate_flag_reaches_its_field(tmp_path):
         *("--model", "m", "--dataset", "d.json", "--output", "o", "--user-conf", str(conf)),
         *("--min-duration-s", "60", "--margin", "1.5", "--measure-samples", "50"),
         *("--start-qps", "2", "--trials", "3", "--trial-s", "5", "--trial-queries", "40"),
+        *("--start-fraction", "0.5"),
         *("--backoff", "0.1", "--trial-timeout", "90", "--max-num-seqs", "8"),
         *("--precision", "0.05", "--confirm", "--confirm-runs", "2", "--confirm-passes", "2"),
     )
@@ -57,6 +58,7 @@ def test_every_calibrate_flag_reaches_its_field(tmp_path):
         margin=1.5,
         measure_samples=50,
         start_qps=2.0,
+        start_fraction=0.5,
         trials=3,
         trial_s=5.0,
         trial_queries=40,

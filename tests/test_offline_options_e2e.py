@@ -1,6 +1,7 @@
 """Offline SUT options on the tiny model, in one real run: samples go to the engine longest
 prompt first, an untimed warm-up runs before the LoadGen test, and the result carries dollars
-per million output tokens at the given price. The one run of the suite that compiles the model
+per million output tokens at the given price, and vLLM's profiler records three steps of the
+test (`--profile`). The one run of the suite that compiles the model
 (`enforce_eager=false`, against the CPU default): the compiled engine path stays exercised.
 
 Time budget: 90 s: one engine start with torch.compile.
@@ -59,12 +60,25 @@ def test_longest_first_warm_up_and_cost(tiny_model, tiny_dataset, tmp_path):
             "4",
             "--engine-arg",
             "enforce_eager=false",
+            # vLLM's profiler over 3 steps of the performance test, after its first 2
+            "--profile",
+            "3@2",
             mode="both",
         )
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     result = json.loads((out / "result.json").read_text())
-    assert result["sut_options"] == {"offline_order": "longest-first", "warmup_samples": 3}
+    assert result["sut_options"] == {
+        "offline_order": "longest-first",
+        "warmup_samples": 3,
+        "profile": "3@2",
+    }
+    # the profiled window: three steps of one rank, read back from vLLM's trace
+    (rank,) = result["profile"]["ranks"]
+    assert rank["steps"] == 3 and rank["tokens"] > 0, rank
+    assert rank["device"] is None  # a CPU engine: host operators only
+    assert json.loads((out / "profile" / "summary.json").read_text()) == result["profile"]
+    assert "profile: 3 steps in" in proc.stdout
     assert result["warmup"]["finished"] == 3 and result["warmup"]["samples"] == 3
     assert "warm-up: 3 of 3 samples" in proc.stdout
     resolved = result["engine_resolved_args"]

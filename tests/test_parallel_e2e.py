@@ -10,7 +10,8 @@ SUT counts, per index, the requests they finished and their prompt tokens (`engi
 which must equal what the router sent each engine (`routed`); prompts of many lengths make the
 token sums a per-request check in all but name. And the work is spread: the Offline query (one
 burst) by prompt tokens, the Server's arrivals so that each engine got its share and vLLM saw
-both running at once.
+both running at once. The Server run is also profiled (`--profile`): each engine core writes
+its own trace of the window.
 
 Time budget: 150 s: two runs, each starting two engines side by side.
 """
@@ -99,7 +100,20 @@ def test_server_data_parallel_2_routes_each_request_to_the_engine_that_serves_it
     conf.write_text(
         "*.Server.min_duration = 2000\n*.Server.min_query_count = 300\n*.Server.target_qps = 24\n"
     )
-    result = _run_dp2(tiny_model, tiny_dataset, out, conf, "--max-tokens", "16", scenario="Server")
+    result = _run_dp2(
+        tiny_model,
+        tiny_dataset,
+        out,
+        conf,
+        *("--max-tokens", "16", "--profile", "4@2"),
+        scenario="Server",
+    )
+    # the layout reached the engine as asked: two engine cores, each of one GPU's worth
+    resolved = result["engine_resolved_args"]
+    assert resolved["data_parallel_size"] == 2 and resolved["tensor_parallel_size"] == 1
+    # vLLM's profiler ran on both engines: a trace each, the window's four steps in each
+    ranks = result["profile"]["ranks"]
+    assert len(ranks) == 2 and all(r["steps"] == 4 for r in ranks), ranks
     stats = result["sut_stats"]
     assert stats["completed"] == stats["issued"] >= 300 and stats["failed_samples"] == 0
     assert stats["first_token_order_violations"] == 0

@@ -67,7 +67,15 @@ def add_parser(sub) -> None:
         "--start-qps",
         type=float,
         default=None,
-        help="Server: first trial QPS (default: 0.9 x the same engine's Offline samples/s)",
+        help="Server: first trial QPS (default: --start-fraction x the same engine's Offline "
+        "samples/s)",
+    )
+    cal.add_argument(
+        "--start-fraction",
+        type=float,
+        default=0.9,
+        help="Server: without --start-qps, the first trial at this fraction of the same "
+        "engine's Offline samples/s (default 0.9; ~0.5 suits Interactive on a new layout)",
     )
     cal.add_argument("--trials", type=int, default=6, help="Server: trial runs")
     cal.add_argument(

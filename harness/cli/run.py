@@ -123,6 +123,14 @@ def _add_run_arguments(p: argparse.ArgumentParser) -> None:
         "work per token)",
     )
     p.add_argument(
+        "--profile",
+        metavar="STEPS[@SKIP]",
+        help="vLLM's torch profiler over STEPS engine steps of the performance test, after "
+        "skipping its first SKIP steps: traces, vLLM's kernel tables and a summary (step time, "
+        "device busy share, kernel time by category) in OUTPUT/profile; result.json records "
+        "it under `profile`. A diagnostic: writing the traces stalls the engine a moment",
+    )
+    p.add_argument(
         "--warmup-samples",
         type=int,
         default=0,
@@ -232,6 +240,7 @@ def build_run_request(args: argparse.Namespace, extra: list[str]):
         round=args.round,
         offline_order=args.offline_order,
         engine_stats=args.engine_stats,
+        profile=args.profile,
         dp_routing=args.dp_routing,
         warmup_samples=args.warmup_samples,
         price_per_hour=args.price_per_hour,

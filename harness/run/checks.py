@@ -60,6 +60,7 @@ RUN_OUTPUTS = (
     TEST06_DIR,
     RESULT_FILE,
     "audit.config",
+    "profile",  # harness.run.profile.PROFILE_DIR
     NO_AUDIT_NAME,
     ENGINE_START_LOG,
 )

@@ -60,6 +60,7 @@ _OPTIONAL = frozenset(
         "sut_stats",
         "sut_stats_by_mode",
         "test06",
+        "profile",
         "finished_at",
         "sut_options",  # absent in files written before SUT options were recorded
         "cluster",  # a Ray layout's cluster (harness.run.ray_cluster)
@@ -110,6 +111,8 @@ class RunResult:
     sut_stats_by_mode: dict[str, dict[str, Any]] | None = None
     # `run --test06`: the TEST06 test on the same engine (log dir, verdict)
     test06: dict[str, Any] | None = None
+    # `run --profile`: the profiled window's summary (harness.run.profile.summarize)
+    profile: dict[str, Any] | None = None
     finished_at: str | None = None
     schema_version: int = SCHEMA_VERSION
     extra: dict[str, Any] = field(default_factory=dict)  # keys this version does not know

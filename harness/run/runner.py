@@ -44,6 +44,14 @@ from harness.run.engine_log import ENGINE_START_LOG, EngineStartLog, first_error
 from harness.run.environment import RUN_VERSION_DISTS, engine_env_vars, installed_versions
 from harness.run.loadgen_test import EngineFailure, loadgen_still_running, run_loadgen_test
 from harness.run.logs import ACCURACY_LOG, DETAIL_LOG, parse_detail_log, performance_result
+from harness.run.profile import (
+    PROFILE_DIR,
+    brief,
+    check_profile,
+    parse_window,
+    profiler_config,
+    summarize,
+)
 from harness.run.ray_cluster import check_ray_layout, mark_ray_workers
 from harness.run.result import RESULT_FILE, TEST06_DIR, PreflightVerdict, RunResult
 from harness.run.settings import (
@@ -99,6 +107,7 @@ class RunRequest:
     round: str | None = None  # submission round the preflight judges by (harness.submission.rounds)
     offline_order: str = "arrival"  # sut.offline.ORDERS: samples to the engine by prompt length
     engine_stats: bool = False  # vLLM's scheduler stats into the timeline (Server-like SUT)
+    profile: str | None = None  # "STEPS[@SKIP]": vLLM's profiler over the performance test
     # data_parallel_size > 1: who picks each request's engine, "ours" (sut.routing) or "vllm"
     dp_routing: str = DEFAULT_ROUTING
     warmup_samples: int = 0  # prompts (none of the test's) generated before it, untimed
@@ -180,7 +189,13 @@ def prepare(req: RunRequest) -> PreparedRun:
     dataset = load_dataset(
         req.dataset, bench, allow_pickle=req.allow_pickle, need_targets=need_targets
     )
-    engine_config = make_engine_config(str(req.model), req.engine_overrides)
+    window = check_profile(req.profile, dict(req.engine_overrides))
+    overrides = dict(req.engine_overrides)
+    if window is not None:
+        if "performance" not in req.modes():
+            raise UsageError("--profile records the performance test: add --mode performance")
+        overrides["profiler_config"] = profiler_config(window, req.output)
+    engine_config = make_engine_config(str(req.model), overrides)
     load_format = str(engine_config.kwargs.get("load_format", "auto"))
     check_model_weights(req.model, load_format)
     max_tokens = req.max_tokens or bench.sampling.max_tokens
@@ -246,6 +261,8 @@ def sut_options(prep: PreparedRun) -> dict[str, Any]:
     out: dict[str, Any] = {"offline_order": req.offline_order, "warmup_samples": req.warmup_samples}
     if int(prep.engine_config.kwargs.get("data_parallel_size") or 1) > 1:
         out["dp_routing"] = req.dp_routing
+    if req.profile:  # a profiled run's figures carry the profiler's cost
+        out["profile"] = parse_window(req.profile).spec()
     if lengths:
         out["output_lengths"] = req.output_lengths
         out["output_lengths_mean"] = round(sum(lengths) / len(lengths), 2)
@@ -473,7 +490,14 @@ def _run_tests(
             log_dir = out / mode
             log_settings = build_log_settings(log_dir)
             sut.reset_stats()
+            profiling = req.profile is not None and mode == "performance"
+            if profiling:
+                sut.profile(True)
             run_loadgen_test(lg, sut, qsl, settings, log_settings, audit, mode, req.stall_timeout_s)
+            if profiling and sut.error is None:
+                sut.profile(False)  # returns once every rank wrote its trace
+                result.profile = summarize(out / PROFILE_DIR)
+                print(brief(result.profile), flush=True)
             if sut.error is not None:
                 raise EngineFailure(
                     f"vLLM engine failed during the {mode} test: {describe_error(sut.error)}"

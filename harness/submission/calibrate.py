@@ -49,7 +49,10 @@ class CalibrateRequest:
     # must fill the engine's batch many times over: a pass of a few batches underestimates
     # the warm, full-batch rate of the real run, which then ends before min_duration.
     measure_samples: int = 1000
-    start_qps: float | None = None  # Server: first trial (None: 0.9 x the Offline ceiling)
+    start_qps: float | None = None  # Server: first trial (None: start_fraction x the ceiling)
+    # Server: the first trial as a fraction of the same engine's Offline rate, when the rate a
+    # layout sustains is not known before its engine runs (Interactive holds ~0.4-0.7 of it)
+    start_fraction: float = 0.9
     trials: int = 6  # Server: trials in the search
     trial_s: float | None = None  # Server: min_duration of one trial (None: the benchmark's)
     trial_queries: int = 0  # Server: min_query_count of one trial (0: target x trial_s)
@@ -124,6 +127,11 @@ def calibrate(req: CalibrateRequest) -> Path:
         )
     if not req.model.exists():
         raise UsageError(f"model {req.model} does not exist: pass --model with a local checkpoint")
+    if not 0 < req.start_fraction <= 1:
+        raise UsageError(
+            f"--start-fraction {req.start_fraction:g}: the first trial's share of the engine's "
+            "Offline rate, above 0 and at most 1 (e.g. 0.5 for Interactive)"
+        )
     if req.measure_samples < 1:
         raise UsageError("--measure-samples must be at least 1")
     if req.margin < 1.0:

@@ -86,7 +86,7 @@ def calibrate_server(
                 print(f"calibrate:   ({note})", flush=True)
             return t.passed
 
-        start = req.start_qps or 0.9 * ceiling
+        start = req.start_qps or req.start_fraction * ceiling
         best, _ = bounded_search(measure, start, ceiling, req.trials, req.precision)
         run = eng.run_record()
     finally:
