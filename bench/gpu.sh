@@ -410,28 +410,35 @@ case "${1:-all}" in
     shift; sc=${SCENARIO:-Interactive}
     NO_CONFIRM=1 MEASURE=${MEASURE:-${N70:-1000}} TRIAL_S=${TRIAL_S:-120} bash bench/gpu.sh \
       calibrate-70b "$sc" --start-fraction "${FRAC:-0.5}" --trials "${TRIALS:-2}" "$@" ;;
-  layouts-70b)  # 4 GPUs: Llama-2-70B per layout, per GPU, on one host. ROUNDS (default "1 2 3"):
-    #   1: TP 2 on GPUs 0-1 (layout-70b, 2 x M samples) beside TP 1 on GPU 2 (layout-70b, M) and
-    #      TP 1 on GPU 3 through the Offline SUT (offline-70b, N1 samples, PROFILE_OFF window)
+  layouts-70b)  # 4 GPUs (H200s: a TP 1 70B needs their memory): Llama-2-70B per layout, per GPU,
+    # on one host. ROUNDS (default "1 2"):
+    #   1: on GPUs 0-1, a 600 s Interactive run of TP 2 at IQ600 QPS (default 10; --warmup-samples
+    #      100, N600 samples, default 2,000); beside it on GPUs 2-3, TP 2 three times in a row:
+    #      layout-70b (2 x M samples), the Offline SUT on N2 samples (default 1,200) profiled over
+    #      PROFILE_OFF (default 20@600), an Interactive run of INT_MS (default 90,000) at IQ
+    #      (default the layout's first trial) profiled over PROFILE_INT (default 20@1500)
     #   2: TP 4 on GPUs 0-3 (layout-70b, 4 x M)
-    #   3: Interactive's step budget on TP 2, at one rate: IQ QPS (default round 1's first TP 2
-    #      trial) for INT_MS (default 120,000) at BUDGET tokens a step (default 512) on GPUs 0-1,
-    #      beside vLLM's budget on GPUs 2-3, profiled over PROFILE_INT (default 20@300)
-    shift; base=$OUT; m=${M:-600}
-    for r in ${ROUNDS:-1 2 3}; do
+    # M (default 400); STACK applies to every engine
+    shift; base=$OUT; m=${M:-400}
+    for r in ${ROUNDS:-1 2}; do
       case $r in
-        1) OUT=$base/round1 STAGGER_S=${STAGGER_S:-5} bash bench/gpu.sh parallel \
-             "CUDA_VISIBLE_DEVICES=0,1 N70=$((2 * m)) layout-70b --tensor-parallel-size 2" \
-             "CUDA_VISIBLE_DEVICES=2 N70=$m layout-70b" \
-             "CUDA_VISIBLE_DEVICES=3 N70=${N1:-1000} offline-70b --profile ${PROFILE_OFF:-20@400}" ;;
+        1) TMPDIR=${TMPDIR:-/tmp}/r1a OUT=$base/round1/confirm bash bench/gpu.sh parallel \
+             "CUDA_VISIBLE_DEVICES=0,1 N70=${N600:-2000} confirm-70b Interactive ${IQ600:-10} --tensor-parallel-size 2 --warmup-samples 100" &
+           first=$!
+           ( export TMPDIR=${TMPDIR:-/tmp}/r1b  # one compile cache for the three TP 2 engines
+             OUT=$base/round1/tp2 bash bench/gpu.sh parallel \
+               "CUDA_VISIBLE_DEVICES=2,3 N70=$((2 * m)) layout-70b --tensor-parallel-size 2"
+             OUT=$base/round1/tp2-offline bash bench/gpu.sh parallel \
+               "CUDA_VISIBLE_DEVICES=2,3 N70=${N2:-1200} offline-70b --tensor-parallel-size 2 --profile ${PROFILE_OFF:-20@600}"
+             iq=${IQ:-$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["trials"][0]["target_qps"])' \
+               "$base/round1/tp2/gpu0/calibrate_Interactive.json")}
+             echo "layouts-70b: the profiled Interactive run at $iq QPS"
+             OUT=$base/round1/tp2-interactive bash bench/gpu.sh parallel \
+               "CUDA_VISIBLE_DEVICES=2,3 CONFIRM_MS=${INT_MS:-90000} N70=$((2 * m)) confirm-70b Interactive $iq --tensor-parallel-size 2 --profile ${PROFILE_INT:-20@1500}"
+           ) &
+           wait "$first" $! ;;
         2) OUT=$base/round2 bash bench/gpu.sh parallel \
              "CUDA_VISIBLE_DEVICES=0,1,2,3 N70=$((4 * m)) layout-70b --tensor-parallel-size 4" ;;
-        3) iq=${IQ:-$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["trials"][0]["target_qps"])' \
-             "$base/round1/gpu0/calibrate_Interactive.json")}
-           echo "layouts-70b: round 3 at $iq QPS"
-           OUT=$base/round3 STAGGER_S=${STAGGER_S:-5} bash bench/gpu.sh parallel \
-             "CUDA_VISIBLE_DEVICES=0,1 CONFIRM_MS=${INT_MS:-120000} N70=$((2 * m)) confirm-70b Interactive $iq --tensor-parallel-size 2 --engine-arg max_num_batched_tokens=${BUDGET:-512}" \
-             "CUDA_VISIBLE_DEVICES=2,3 CONFIRM_MS=${INT_MS:-120000} N70=$((2 * m)) confirm-70b Interactive $iq --tensor-parallel-size 2 --profile ${PROFILE_INT:-20@300}" ;;
       esac
       echo "layouts-70b: round $r done"
     done ;;
