@@ -64,6 +64,11 @@ def test_profile_refuses_a_profiler_config_of_its_own(tmp_path):
         ("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4>", "sampling"),
         ("void vllm::rms_norm_kernel<c10::BFloat16>", "norm_activation"),
         ("triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_0", "fused_compiled"),
+        # a fusion names the graph nodes it came from, the GEMM it feeds among them
+        (
+            "triton_red_fused__to_copy_abs_clamp_cutlass_scaled_mm_div_fused_add_rms_norm_3",
+            "fused_compiled",
+        ),
         ("void at::native::vectorized_elementwise_kernel<4>", "other"),
     ],
 )
@@ -103,7 +108,9 @@ def test_summary_of_a_device_trace(tmp_path):
     assert json.loads((d / "summary.json").read_text()) == summary
     (r,) = summary["ranks"]
     assert r["steps"] == 2 and r["tokens"] == 107 and r["prefill_tokens"] == 100
+    assert r["step_spans"] == "host"  # no device spans of the steps in this trace
     assert r["window_ms"] == pytest.approx(0.8)  # 1000 -> 1800 us
+    assert r["interval_ms"] == pytest.approx(0.4)
     assert r["with_prefill"]["steps"] == 1 and r["with_prefill"]["mean_ms"] == pytest.approx(0.4)
     assert r["decode_only"]["steps"] == 1 and r["decode_only"]["mean_tokens"] == 4
     dev = r["device"]
@@ -130,3 +137,27 @@ def test_summary_says_when_no_trace_was_written(tmp_path):
     d.mkdir()
     summary = summarize(d)
     assert summary["ranks"] == [] and "wrote no trace" in summary["error"]
+
+
+def test_steps_are_timed_on_the_device_where_the_trace_mirrors_them(tmp_path):
+    """With CUDA graphs and asynchronous scheduling the host's span of a step ends once its work
+    is launched: the device's span (`gpu_user_annotation`) is the step's cost."""
+    d = tmp_path / "profile"
+    d.mkdir()
+    name = "execute_context_0(0)_generation_8(8)"
+    host = {"ph": "X", "cat": "user_annotation", "name": name, "pid": 1, "tid": 1}
+    dev = {"ph": "X", "cat": "gpu_user_annotation", "name": name, "pid": 0, "tid": 7}
+    kern = {"ph": "X", "cat": "kernel", "name": "nvjet_tst_gemm", "pid": 0, "tid": 7}
+    events = [
+        {**host, "ts": 0.0, "dur": 50.0},
+        {**host, "ts": 100.0, "dur": 50.0},
+        {**dev, "ts": 40.0, "dur": 1000.0},
+        {**dev, "ts": 1040.0, "dur": 1000.0},
+        {**kern, "ts": 40.0, "dur": 900.0},
+        {**kern, "ts": 1040.0, "dur": 900.0},
+    ]
+    _write_trace(d / "rank0.2.pt.trace.json.gz", events)
+    (r,) = summarize(d)["ranks"]
+    assert r["step_spans"] == "device"
+    assert r["all_steps"]["mean_ms"] == pytest.approx(1.0) and r["window_ms"] == pytest.approx(2.0)
+    assert r["device"]["busy_share"] == pytest.approx(0.9)
