@@ -14,6 +14,7 @@ import sys
 from harness.cli import (
     assets,
     calibrate,
+    compare,
     compliance,
     demo,
     engine_line,
@@ -43,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_parser(sub)
     evaluate.add_parser(sub)
     log_run.add_parser(sub)
+    compare.add_parser(sub)
     compliance.add_parser(sub)
     calibrate.add_parser(sub)
     submission.add_package_commands(sub)
@@ -111,6 +113,7 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace, extra: 
             "sweep": sweep.cmd_sweep,
             "demo": demo.run_demo,
             "log-run": log_run.cmd_log_run,
+            "compare": compare.cmd_compare,
             "compliance": compliance.cmd_compliance,
             "package": submission.cmd_package,
             "check-submission": submission.cmd_check_submission,

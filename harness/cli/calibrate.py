@@ -132,9 +132,17 @@ def add_parser(sub) -> None:
 def calibrate_request(args: argparse.Namespace, extra: list[str]) -> CalibrateRequest:
     """The flags as calibrate's request; `extra`: the flags calibrate does not know, passed to
     each `run` (engine flags, --max-tokens)."""
+    from harness.errors import UsageError
     from harness.resources import benchmark_conf, resolve_user_path
     from harness.submission.calibrate import CalibrateRequest
 
+    owned = [f for f in extra if f.split("=")[0] in ("--target-qps", "--min-query-count")]
+    if owned:
+        raise UsageError(
+            f"calibrate sets each run's target rate and query count itself: drop {owned[0]} "
+            "(--start-qps / --start-fraction choose the first trial, --min-duration-s the "
+            "length of the run the conf is for)"
+        )
     conf = resolve_user_path(args.user_conf)
     if conf is None:
         conf = benchmark_conf(args.benchmark, args.scenario)

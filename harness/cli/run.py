@@ -123,6 +123,27 @@ def _add_run_arguments(p: argparse.ArgumentParser) -> None:
         "work per token)",
     )
     p.add_argument(
+        "--target-qps",
+        type=float,
+        metavar="QPS",
+        help="LoadGen's target rate on top of the user.conf: Server/Interactive target_qps, "
+        "Offline offline_expected_qps (for a shell loop over rates; recorded in result.json "
+        "and MLflow)",
+    )
+    p.add_argument(
+        "--min-duration",
+        type=float,
+        metavar="S",
+        help="LoadGen's min_duration in seconds on top of the user.conf (below 600: not "
+        "compliant, which the run says)",
+    )
+    p.add_argument(
+        "--min-query-count",
+        type=int,
+        metavar="N",
+        help="LoadGen's min_query_count on top of the user.conf",
+    )
+    p.add_argument(
         "--profile",
         metavar="STEPS[@SKIP]",
         help="vLLM's torch profiler over STEPS engine steps of the performance test, after "
@@ -228,6 +249,7 @@ def build_run_request(args: argparse.Namespace, extra: list[str]):
         user_conf=resolve_user_path(args.user_conf),
         audit_config=resolve_user_path(args.audit_config),
         engine_overrides=_engine_overrides(args, extra),
+        loadgen_overrides=loadgen_overrides(args),
         allow_pickle=args.allow_pickle,
         progress=not args.no_progress,
         max_tokens=args.max_tokens,
@@ -249,6 +271,16 @@ def build_run_request(args: argparse.Namespace, extra: list[str]):
         overwrite=args.overwrite,
         test06=args.test06,
     )
+
+
+def loadgen_overrides(args: argparse.Namespace) -> dict[str, float]:
+    """The LoadGen settings given on the command line (harness.run.settings.OVERRIDES)."""
+    given = {
+        "target_qps": args.target_qps,
+        "min_duration_s": args.min_duration,
+        "min_query_count": args.min_query_count,
+    }
+    return {k: v for k, v in given.items() if v is not None}
 
 
 def run_request_from_argv(argv: list[str]):

@@ -63,6 +63,7 @@ _OPTIONAL = frozenset(
         "profile",
         "finished_at",
         "sut_options",  # absent in files written before SUT options were recorded
+        "loadgen_overrides",  # `run --target-qps / --min-duration / --min-query-count`
         "cluster",  # a Ray layout's cluster (harness.run.ray_cluster)
     }
 )
@@ -85,6 +86,8 @@ class RunResult:
     sampling: dict[str, Any] = field(default_factory=dict)
     env_vars: dict[str, str] = field(default_factory=dict)
     sut_options: dict[str, Any] | None = None
+    # LoadGen settings the command line set on top of the conf (None: none)
+    loadgen_overrides: dict[str, float] | None = None
     warnings: list[str] = field(default_factory=list)
     versions: dict[str, str] = field(default_factory=dict)
     started_at: str = ""

@@ -56,10 +56,13 @@ from harness.run.ray_cluster import check_ray_layout, mark_ray_workers
 from harness.run.result import RESULT_FILE, TEST06_DIR, PreflightVerdict, RunResult
 from harness.run.settings import (
     SettingsRequest,
+    apply_overrides,
     audit_path_for,
     build_log_settings,
     build_test_settings,
     cap_performance_sample_count,
+    check_finite,
+    check_overrides,
     issue_plan,
     set_mode,
 )
@@ -93,6 +96,9 @@ class RunRequest:
     user_conf: Path | None = None
     audit_config: Path | None = None
     engine_overrides: Mapping[str, Any] = field(default_factory=dict)
+    # LoadGen settings on top of the conf (harness.run.settings.OVERRIDES): target_qps,
+    # min_duration_s, min_query_count
+    loadgen_overrides: Mapping[str, float] = field(default_factory=dict)
     allow_pickle: bool = False
     progress: bool = True
     max_tokens: int | None = None  # override the preset's (weights-free GPU runs)
@@ -176,9 +182,18 @@ def prepare(req: RunRequest) -> PreparedRun:
             "compliance test's audit.config"
         )
     warnings: list[str] = []
+    check_overrides(req.scenario, req.loadgen_overrides)
     settings = build_test_settings(
         SettingsRequest(loadgen_model, req.scenario, req.user_conf), req.modes()[0]
     )
+    apply_overrides(settings, req.scenario, req.loadgen_overrides)
+    source = ("--target-qps" if "target_qps" in req.loadgen_overrides else None) or (
+        str(req.user_conf) if req.user_conf is not None else "mlperf.conf"
+    )
+    check_finite(settings, req.scenario, source)
+    if req.loadgen_overrides:
+        shown = ", ".join(f"{k} {v:g}" for k, v in sorted(req.loadgen_overrides.items()))
+        warnings.append(f"LoadGen settings overridden on the command line: {shown}")
     if req.user_conf is not None:
         warnings += ignored_user_conf_lines(req, loadgen_model)
     need_targets = "accuracy" in req.modes() and req.evaluate
@@ -286,6 +301,7 @@ def run_identity(prep: PreparedRun) -> dict[str, Any]:
         "sampling": prep.sampling,
         "env_vars": engine_env_vars(),
         "sut_options": sut_options(prep),
+        "loadgen_overrides": dict(req.loadgen_overrides) or None,
     }
 
 

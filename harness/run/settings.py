@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import shutil
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,6 +61,62 @@ def build_test_settings(req: SettingsRequest, mode: str = "performance"):
         )
     set_mode(settings, mode)
     return settings
+
+
+# `run --target-qps / --min-duration / --min-query-count`: LoadGen settings set on top of the
+# user.conf, for a shell loop over rates or lengths without a conf per value.
+OVERRIDES = ("target_qps", "min_duration_s", "min_query_count")
+
+
+def check_overrides(scenario: str, overrides: Mapping[str, float]) -> None:
+    """Each override's value and scenario, judged before anything runs."""
+    unknown = set(overrides) - set(OVERRIDES)
+    if unknown:
+        raise UsageError(f"unknown LoadGen override(s) {sorted(unknown)}: known {OVERRIDES}")
+    qps = overrides.get("target_qps")
+    if qps is not None:
+        if scenario == "SingleStream":
+            raise UsageError(
+                "--target-qps: SingleStream issues one query after another and has no target "
+                "rate; set single_stream_expected_latency_ns in the user.conf instead"
+            )
+        if not qps > 0:
+            raise UsageError(f"--target-qps {qps:g}: a rate above 0 QPS, e.g. --target-qps 8.5")
+    dur = overrides.get("min_duration_s")
+    if dur is not None and not dur >= 0:
+        raise UsageError(f"--min-duration {dur:g}: seconds, 0 or more (600 for a submission)")
+    count = overrides.get("min_query_count")
+    if count is not None and not count >= 1:
+        raise UsageError(f"--min-query-count {count:g}: at least 1")
+
+
+def apply_overrides(settings, scenario: str, overrides: Mapping[str, float]) -> None:
+    """Set the overrides on LoadGen's settings (after its confs; checked by check_overrides)."""
+    if "target_qps" in overrides:
+        if scenario == "Offline":
+            settings.offline_expected_qps = float(overrides["target_qps"])
+        else:
+            settings.server_target_qps = float(overrides["target_qps"])
+    if "min_duration_s" in overrides:
+        settings.min_duration_ms = int(round(float(overrides["min_duration_s"]) * 1000))
+    if "min_query_count" in overrides:
+        settings.min_query_count = int(overrides["min_query_count"])
+
+
+def check_finite(settings, scenario: str, source: str) -> None:
+    """Refuse settings under which LoadGen issues nothing or never ends, before the engine
+    starts: a target rate of 0 (LoadGen's Server schedule never reaches min_duration)."""
+    if scenario == "Offline":
+        rate, key = settings.offline_expected_qps, "target_qps (offline_expected_qps)"
+    elif scenario in ("Server", "Interactive"):
+        rate, key = settings.server_target_qps, "target_qps"
+    else:
+        return
+    if not rate > 0:
+        raise UsageError(
+            f"the effective {scenario} {key} is {rate:g} (from {source}): LoadGen would issue "
+            "no query or never end; set a rate above 0 in the user.conf or pass --target-qps"
+        )
 
 
 def set_mode(settings, mode: str) -> None:

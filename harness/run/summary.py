@@ -23,6 +23,9 @@ def result_rows(run: RunResult | Mapping[str, Any]) -> list[tuple[str, str]]:
         ("scenario / mode", f"{result.scenario} / {result.mode}"),
         ("status", str(result.status)),
     ]
+    if result.loadgen_overrides:
+        shown = ", ".join(f"{k} {v:g}" for k, v in sorted(result.loadgen_overrides.items()))
+        rows.append(("LoadGen overrides", f"{shown} (command line, over the conf)"))
     options = result.sut_options or {}
     if options.get("offline_order", "arrival") != "arrival":
         rows.append(("sample order", f"{options['offline_order']} (by prompt length)"))

@@ -47,6 +47,8 @@ def result_params(result: RunResult) -> dict[str, Any]:
         params[f"sampling.{k}"] = v
     for k, v in (result.engine_resolved or {}).items():
         params[f"resolved.{k}"] = v  # what the engine derived and ran with
+    for k, v in (result.loadgen_overrides or {}).items():
+        params[f"override.{k}"] = v  # set on the command line over the conf
     params.update(cluster_params(result.cluster))
     return params
 
