@@ -161,3 +161,21 @@ def test_steps_are_timed_on_the_device_where_the_trace_mirrors_them(tmp_path):
     assert r["step_spans"] == "device"
     assert r["all_steps"]["mean_ms"] == pytest.approx(1.0) and r["window_ms"] == pytest.approx(2.0)
     assert r["device"]["busy_share"] == pytest.approx(0.9)
+
+
+def test_a_submission_run_is_never_profiled(tmp_path):
+    from harness.run.checks import check_sut_options
+    from harness.run.runner import RunRequest
+
+    req = RunRequest(
+        "llama3_1-8b",
+        "Offline",
+        "performance",
+        tmp_path,
+        tmp_path / "d.json",
+        tmp_path / "o",
+        profile="10",
+        submission=True,
+    )
+    with pytest.raises(UsageError, match="drop --profile or --submission"):
+        check_sut_options(req)

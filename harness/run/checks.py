@@ -34,6 +34,11 @@ def check_sut_options(req: Any) -> None:
                 "--output-lengths cuts each output at its sample's length, so its outputs "
                 "cannot be scored nor audited: use it with --mode performance alone"
             )
+    if req.profile is not None and req.submission:
+        raise UsageError(
+            "--profile stalls the engine while it writes its traces, so a profiled run is no "
+            "submission result: drop --profile or --submission"
+        )
     if req.warmup_samples < 0:
         raise UsageError("--warmup-samples must be 0 or more")
     if req.price_per_hour is not None and req.price_per_hour <= 0:
