@@ -19,6 +19,13 @@ from types import MappingProxyType
 SCENARIOS = ("Offline", "Server", "Interactive", "SingleStream")
 
 
+def scenario_name(value: str) -> str:
+    """A scenario as typed (`server`, `OFFLINE`) -> its name; the name itself otherwise, for
+    the parser's choices to refuse with the list."""
+    by_lower = {s.lower(): s for s in SCENARIOS}
+    return by_lower.get(value.strip().lower(), value)
+
+
 @dataclass(frozen=True)
 class DatasetSchema:
     """Columns of the preprocessed dataset file the reference ships."""

@@ -258,12 +258,20 @@ def new_processes(before: set[int]) -> list[Any]:
     ]
 
 
-def reap(procs: Sequence[Any], grace_s: float = 3.0, *, kill_at_once: bool = False) -> list[int]:
+def reap(
+    procs: Sequence[Any],
+    grace_s: float = 3.0,
+    *,
+    kill_at_once: bool = False,
+    routine: bool = False,
+) -> list[int]:
     """Terminate, then kill, whichever of these processes still live; a stopped one is
     continued so it can act on the terminate. `kill_at_once`: SIGKILL without the terminate
     (an engine interrupted while it starts has nothing to save, and its processes would
-    print the tracebacks of their interrupted start). Returns the pids that had to be
-    stopped."""
+    print the tracebacks of their interrupted start). `routine`: the engine was shut down
+    after a run that went well, and vLLM leaves a process of it behind every time (its
+    worker), so stopping it is logged quietly instead of as a warning, which read like a
+    fault. Returns the pids that had to be stopped."""
     import psutil
 
     alive = []
@@ -275,8 +283,11 @@ def reap(procs: Sequence[Any], grace_s: float = 3.0, *, kill_at_once: bool = Fal
             pass
     if not alive:
         return []
-    log.warning(
-        "stopping %d engine process(es) left running: %s", len(alive), [p.pid for p in alive]
+    log.log(
+        logging.INFO if routine else logging.WARNING,
+        "stopping %d engine process(es) left running: %s",
+        len(alive),
+        [p.pid for p in alive],
     )
     still = alive
     if not kill_at_once:

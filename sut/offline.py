@@ -296,7 +296,7 @@ class OfflineSUT(EngineSUT):
         threading.Thread(target=target, name="engine-shutdown", daemon=True).start()
         if not done.wait(timeout_s):
             log.error("engine shutdown did not finish within %.0f s", timeout_s)
-        reap(self._engine_procs)
+        reap(self._engine_procs, routine=self.error is None and done.is_set())
 
 
 def _name(proc: Any) -> str:

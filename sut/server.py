@@ -607,8 +607,9 @@ class ServerSUT(EngineSUT):
             self._thread.join(timeout=timeout_s)
         self._closed = True
         self._stopped = True
+        routine = self.error is None  # not after a failure, which the warning helps to read
         self._fail_outstanding()
-        reap(self._engine_procs)
+        reap(self._engine_procs, routine=routine)
         log.info("server SUT stopped in %.1f s", time.monotonic() - t0)
         self._destroy_handle()
         self._progress.close()

@@ -146,3 +146,12 @@ def test_trial_length_defaults_to_the_benchmarks():
     for name, seconds in expected.items():
         assert trial_seconds(req, get_benchmark(name)) == seconds, name
     assert trial_seconds(dataclasses.replace(req, trial_s=5.0), get_benchmark("llama2-70b")) == 5.0
+
+
+def test_scenarios_are_taken_in_any_case():
+    base = ("--benchmark", "llama3_1-8b", "--model", "m", "--dataset", "d", "--output", "o")
+    assert _parse("run", *base, "--scenario", "server")[0].scenario == "Server"
+    assert _parse("run", *base, "--scenario", "OFFLINE")[0].scenario == "Offline"
+    assert _parse("calibrate", *base, "--scenario", "interactive")[0].scenario == "Interactive"
+    with pytest.raises(SystemExit):  # not a scenario in any case: argparse's refusal
+        _parse("run", *base, "--scenario", "serverish")

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from harness.benchmarks import scenario_name
 from harness.cli.common import EXIT_OK
 from harness.cli.flags import request_from_flags
 
@@ -22,7 +23,12 @@ def add_parser(sub) -> None:
         "the TTFT/TPOT limits. Unrecognised --flags go to each `run` (engine flags).",
     )
     cal.add_argument("--benchmark", required=True)
-    cal.add_argument("--scenario", required=True, choices=["Offline", "Server", "Interactive"])
+    cal.add_argument(
+        "--scenario",
+        required=True,
+        type=scenario_name,
+        choices=["Offline", "Server", "Interactive"],
+    )
     cal.add_argument("--model", required=True, type=Path)
     cal.add_argument("--dataset", required=True, type=Path)
     cal.add_argument(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from harness.benchmarks import SCENARIOS
+from harness.benchmarks import SCENARIOS, scenario_name
 from harness.cli.common import EXIT_OK, EXIT_STRICT
 
 
@@ -34,6 +34,7 @@ def add_parser(sub) -> None:
     )
     t06.add_argument(
         "--scenario",
+        type=scenario_name,
         choices=SCENARIOS,
         help="default: from the LoadGen detail log",
     )

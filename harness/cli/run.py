@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from harness.benchmarks import SCENARIOS
+from harness.benchmarks import SCENARIOS, scenario_name
 from harness.cli.common import EXIT_ERROR, strict_code
 from harness.cli.flags import (
     accuracy_level_of,
@@ -32,7 +32,7 @@ def add_parser(sub) -> None:
 
 def _add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--benchmark", required=True, help="preset, e.g. llama3_1-8b, llama2-70b")
-    p.add_argument("--scenario", required=True, choices=SCENARIOS)
+    p.add_argument("--scenario", required=True, type=scenario_name, choices=SCENARIOS)
     p.add_argument("--mode", default="performance", choices=["performance", "accuracy", "both"])
     p.add_argument("--model", required=True, type=Path, help="local checkpoint folder")
     p.add_argument(

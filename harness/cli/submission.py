@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from harness.benchmarks import SCENARIOS
+from harness.benchmarks import SCENARIOS, scenario_name
 from harness.cli.common import EXIT_OK, EXIT_STRICT
 from harness.cli.flags import (
     accuracy_level_of,
@@ -57,7 +57,7 @@ def add_package_commands(sub) -> None:
         "--benchmark",
         help="show only this benchmark's rows (with --scenario); every rule still counts",
     )
-    chk.add_argument("--scenario", choices=SCENARIOS)
+    chk.add_argument("--scenario", type=scenario_name, choices=SCENARIOS)
     add_accuracy_level_argument(chk)
     chk.add_argument(
         "--structure-only",

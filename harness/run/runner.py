@@ -9,10 +9,12 @@ takes the measured results with it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
+import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -82,6 +84,7 @@ from sut.routing import DEFAULT_ROUTING
 log = logging.getLogger(__name__)
 
 MODES = ("performance", "accuracy", "both")
+STILL_GOING_S = 30.0  # a line this often while the engine starts
 TEST06_AUDIT = "user_confs/audit/TEST06.config"  # shipped: MLCommons' TEST06 settings
 
 
@@ -411,6 +414,25 @@ def run(
     return RunOutcome(result, result_path)
 
 
+@contextlib.contextmanager
+def still_going(what: str, every_s: float = STILL_GOING_S) -> Iterator[None]:
+    """While the block runs, a line every `every_s` seconds saying so, with the time it has
+    taken: a start that takes minutes is not a hang."""
+    done = threading.Event()
+    t0 = time.monotonic()
+
+    def tick() -> None:
+        while not done.wait(every_s):
+            print(f"{what} ({time.monotonic() - t0:.0f} s)", flush=True)
+
+    ticker = threading.Thread(target=tick, name="still-going", daemon=True)
+    ticker.start()
+    try:
+        yield
+    finally:
+        done.set()
+
+
 def ending_status(exc: BaseException) -> str:
     """result.json's status for a run that ended with `exc`."""
     if isinstance(exc, KeyboardInterrupt):
@@ -459,8 +481,10 @@ def _run_tests(
     qsl = TokenQSL(prep.dataset.prompts, settings.performance_sample_count_override or None)
     t0 = time.monotonic()
     start_log = EngineStartLog.begin()  # vLLM's processes' output, held until the start is decided
+    print("starting the vLLM engine (a large model takes minutes)", flush=True)
     try:
-        sut = build_sut(prep)
+        with still_going("the engine is still starting"):
+            sut = build_sut(prep)
     except BaseException as exc:  # the engine failed to start, or the start was interrupted
         printed = start_log.failed()
         qsl.destroy()
@@ -480,6 +504,7 @@ def _run_tests(
         raise
     start_log.started()
     result.engine_start_s = round(time.monotonic() - t0, 2)
+    print(f"engine started in {result.engine_start_s:.0f} s", flush=True)
     resolved = resolved_settings(getattr(sut, "vllm_config", None))
     result.engine_resolved = resolved
     result.engine_resolved_args = resolved_engine_args(getattr(sut, "vllm_config", None))
