@@ -156,6 +156,21 @@ def check_output_dir(path: Path, flag: str) -> None:
     _check_creatable(path, flag)
 
 
+def check_free_space(path: Path, need: int, flag: str, what: str) -> None:
+    """The file system that will hold `path` has at least `need` bytes free, else one error
+    naming what needs them: a full disk found before the engine starts, not minutes into a run
+    whose logs could not be written."""
+    probe = Path(path).absolute()
+    while not probe.exists():
+        probe = probe.parent
+    free = shutil.disk_usage(probe).free
+    if free < need:
+        raise UsageError(
+            f"{flag} {path}: its file system has {free / 1e6:.1f} MB free, and {what} needs "
+            f"about {need / 1e6:.1f} MB: free some space there or pass another {flag}"
+        )
+
+
 def check_output_file(path: Path, flag: str) -> None:
     """`path` will be a file we write: it must not be a folder and its folder must be usable."""
     path = Path(path)

@@ -229,6 +229,8 @@ def prepare(req: RunRequest) -> PreparedRun:
             max_tokens=max_tokens,
             path=dataset.path,
         )
+    need, what = log_space(req, dataset.size, max_tokens)
+    files.check_free_space(req.output, need, "--output", what)
     lengths = None  # each sample's own max_tokens: checked with the dataset, before vLLM loads
     if req.output_lengths is not None:
         least = 1 if req.scenario == "Offline" else 2
@@ -271,6 +273,27 @@ def prepare(req: RunRequest) -> PreparedRun:
         cluster,
         lengths,
     )
+
+
+# What a run writes besides accuracy logs (LoadGen's detail and summary logs, result.json,
+# timeline, environment), with room to spare; an accuracy log holds each sample's tokens as hex
+# (8 characters an int32 token, plus its JSON); a profile, every rank's trace of its window.
+LOG_BASE_BYTES = 4_000_000
+ACCURACY_BYTES_PER_TOKEN = 9
+PROFILE_BYTES = 64_000_000
+
+
+def log_space(req: RunRequest, samples: int, max_tokens: int) -> tuple[int, str]:
+    """Bytes the run's files may take in its output folder at most, and what they are."""
+    need, parts = LOG_BASE_BYTES, ["its logs"]
+    logged = (req.mode != "performance") + bool(req.test06 or req.audit_config)
+    if logged:
+        need += logged * samples * (max_tokens * ACCURACY_BYTES_PER_TOKEN + 100)
+        parts.append(f"{logged} accuracy log(s) of {samples} samples x {max_tokens} tokens")
+    if req.profile:
+        need += PROFILE_BYTES
+        parts.append("the profile's traces")
+    return need, "this run (" + ", ".join(parts) + ")"
 
 
 def sut_options(prep: PreparedRun) -> dict[str, Any]:
