@@ -7,6 +7,7 @@ end, and `mlperf-vllm compare` over finished run folders.
   marked not compliant for its short duration, and MLflow gets them as `override.*` params.
 - A Server conf with target_qps = 0, and `--target-qps 0`: one line naming the setting and the
   fix, exit 2, in seconds, before any engine starts or any file is written.
+- The terminal of that run: our lines, vLLM's in the run's engine.log.
 - `compare` over that run and the session's Server smoke run (same model, other rate and
   duration): one row each, the knobs that differ found, the CSV with a column per knob.
 
@@ -105,6 +106,19 @@ def test_overrides_reach_loadgen_and_are_recorded(overridden_run):
     assert effective["effective_min_query_count"] == 40
     assert "min_duration" in (result["not_compliant"] or [])
     assert "LoadGen overrides" in proc.stdout and "target_qps 12" in proc.stdout
+
+
+@pytest.mark.e2e
+def test_the_terminal_shows_our_lines_and_vllm_its_log(overridden_run):
+    """Without --verbose, vLLM's output (its processes' and its front end's logger) goes to
+    the run's engine.log; the terminal says the engine is starting and when it started."""
+    out, proc = overridden_run
+    shown = proc.stdout + proc.stderr
+    assert "starting the vLLM engine" in proc.stdout and "engine started in" in proc.stdout
+    vllm_lines = [x for x in shown.splitlines() if x.startswith(("(EngineCore", "(MainProcess"))]
+    assert vllm_lines == [], vllm_lines[:5]
+    log = (out / "engine.log").read_text()
+    assert "(EngineCore" in log and "[shutdown]" in log  # its processes' and its logger's
 
 
 @pytest.mark.e2e

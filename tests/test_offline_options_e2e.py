@@ -63,6 +63,7 @@ def test_longest_first_warm_up_and_cost(tiny_model, tiny_dataset, tmp_path):
             # vLLM's profiler over 3 steps of the performance test, after its first 2
             "--profile",
             "3@2",
+            "--verbose",  # vLLM's own output on the terminal too
             mode="both",
         )
     )
@@ -79,6 +80,7 @@ def test_longest_first_warm_up_and_cost(tiny_model, tiny_dataset, tmp_path):
     assert rank["device"] is None  # a CPU engine: host operators only
     assert json.loads((out / "profile" / "summary.json").read_text()) == result["profile"]
     assert "profile: 3 steps in" in proc.stdout
+    assert "(EngineCore" in proc.stdout + proc.stderr and not (out / "engine.log").exists()
     assert result["warmup"]["finished"] == 3 and result["warmup"]["samples"] == 3
     assert "warm-up: 3 of 3 samples" in proc.stdout
     resolved = result["engine_resolved_args"]

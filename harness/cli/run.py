@@ -144,6 +144,13 @@ def _add_run_arguments(p: argparse.ArgumentParser) -> None:
         help="LoadGen's min_query_count on top of the user.conf",
     )
     p.add_argument(
+        "--verbose",
+        action="store_true",
+        help="vLLM's own output (start-up, warnings) on the terminal as well; without it, it "
+        "goes to OUTPUT/engine.log once the engine started (a failed start's to "
+        "OUTPUT/engine_start.log, with its root cause on the terminal)",
+    )
+    p.add_argument(
         "--profile",
         metavar="STEPS[@SKIP]",
         help="vLLM's torch profiler over STEPS engine steps of the performance test, after "
@@ -263,6 +270,7 @@ def build_run_request(args: argparse.Namespace, extra: list[str]):
         offline_order=args.offline_order,
         engine_stats=args.engine_stats,
         profile=args.profile,
+        verbose=args.verbose,
         dp_routing=args.dp_routing,
         warmup_samples=args.warmup_samples,
         price_per_hour=args.price_per_hour,

@@ -68,6 +68,7 @@ RUN_OUTPUTS = (
     "profile",  # harness.run.profile.PROFILE_DIR
     NO_AUDIT_NAME,
     ENGINE_START_LOG,
+    "engine.log",  # harness.run.engine_log.ENGINE_LOG
 )
 
 

@@ -6,9 +6,10 @@ that reaches us only says "Engine core initialization failed. See root cause abo
 start, this process's stdout and stderr (which every process it starts inherits) go through
 pipes, each read by a thread:
 
-- the start succeeds: what was held goes to the real stream, and everything after passes
-  straight through (the engine's processes keep the pipes for their lives; the threads forward
-  until those processes end);
+- the start succeeds: what was held goes to the run's `engine.log` (or, asked to be verbose,
+  to the real stream), and everything after follows it there (the engine's processes keep the
+  pipes for their lives; the threads forward until those processes end), so the terminal
+  shows the run's own lines, not vLLM's ~50 lines of start-up and warnings;
 - the start fails or is interrupted: nothing held reaches the terminal. The whole text is kept
   for the run's folder (`engine_start.log`), and the root cause, the first exception line that
   is not one of vLLM's "see above" wrappers, becomes the one error line.
@@ -23,8 +24,11 @@ import re
 import sys
 import threading
 import time
+from collections.abc import Callable
+from typing import Any
 
 ENGINE_START_LOG = "engine_start.log"
+ENGINE_LOG = "engine.log"  # vLLM's processes' output over a run that started (not --verbose)
 MAX_HELD = 4 << 20  # bytes held while the engine starts (a start prints ~100 KB)
 TAIL = 64 << 10  # bytes of the engine's later output kept, for the reason it dies mid-run
 
@@ -109,6 +113,7 @@ class _Held:
         self.tail: collections.deque[bytes] = collections.deque()  # once passing: the latest
         self.tail_size = 0
         self.state = "hold"  # then "pass" (started) or "drop" (failed)
+        self.sink = -1  # once passing: a log file's descriptor instead of the real stream
         self.lock = threading.Lock()
         self.thread: threading.Thread | None = None
         try:
@@ -141,7 +146,7 @@ class _Held:
                     self.size += len(chunk)
             if state == "pass":
                 with contextlib.suppress(OSError):
-                    os.write(self.real, chunk)
+                    os.write(self.sink if self.sink >= 0 else self.real, chunk)
                 with self.lock:
                     self.tail.append(chunk)
                     self.tail_size += len(chunk)
@@ -160,8 +165,13 @@ class _Held:
             if state == "pass":
                 for chunk in held:
                     with contextlib.suppress(OSError):
-                        os.write(self.real, chunk)
+                        os.write(self.sink if self.sink >= 0 else self.real, chunk)
         return b"".join(held)
+
+    def say(self, text: str) -> None:
+        """A line of ours to the real stream now, past what is held."""
+        with contextlib.suppress(OSError):
+            os.write(self.real if self.real >= 0 else self.fd, text.encode())
 
 
 class EngineStartLog:
@@ -170,6 +180,7 @@ class EngineStartLog:
 
     def __init__(self, held: list[_Held]) -> None:
         self.held = held
+        self.sink = -1
 
     @classmethod
     def begin(cls) -> EngineStartLog:
@@ -189,11 +200,26 @@ class EngineStartLog:
         for h in self.held:
             if h.thread is not None:
                 h.thread.join(max(0.0, deadline - time.monotonic()))
+        if self.sink >= 0 and all(h.thread is None or not h.thread.is_alive() for h in self.held):
+            with contextlib.suppress(OSError):
+                os.close(self.sink)
+            self.sink = -1
 
-    def started(self) -> None:
-        """The engine is up: what was held goes out now, the rest as it comes."""
+    def say(self, text: str) -> None:
+        """One line of ours on the terminal while the start's output is held back."""
+        self.held[0].say(text.rstrip("\n") + "\n")
+
+    def started(self, log_path: str | os.PathLike[str] | None = None) -> None:
+        """The engine is up: what was held goes out now, the rest as it comes; into
+        `log_path` (appended) where given, else to the real streams."""
         _flush()
+        if log_path is not None:
+            try:
+                self.sink = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            except OSError:
+                self.sink = -1  # the terminal, then: nothing is lost
         for h in self.held:
+            h.sink = self.sink
             h.end("pass")
 
     def recent(self) -> str:
@@ -207,3 +233,27 @@ class EngineStartLog:
         may write more: that is dropped."""
         _flush()
         return "".join(h.end("drop").decode("utf-8", "replace") for h in self.held)
+
+
+def route_vllm_logger(path: str | os.PathLike[str]) -> Callable[[], None]:
+    """vLLM's logger in this process (its front end's lines: shutdown steps, deprecations)
+    into `path` as well, instead of the terminal; returns what puts it back."""
+    import logging
+
+    swapped: list[tuple[logging.StreamHandler, Any]] = []
+    try:
+        stream = open(path, "a", encoding="utf-8")  # noqa: SIM115 (closed by the returned undo)
+    except OSError:
+        return lambda: None
+    for handler in logging.getLogger("vllm").handlers:
+        if isinstance(handler, logging.StreamHandler) and not isinstance(
+            handler, logging.FileHandler
+        ):
+            swapped.append((handler, handler.setStream(stream)))
+
+    def undo() -> None:
+        for handler, old in swapped:
+            handler.setStream(old)
+        stream.close()
+
+    return undo

@@ -42,7 +42,14 @@ from harness.run.checks import (
     require_punkt,
 )
 from harness.run.cost import add_cost
-from harness.run.engine_log import ENGINE_START_LOG, EngineStartLog, first_error, root_cause
+from harness.run.engine_log import (
+    ENGINE_LOG,
+    ENGINE_START_LOG,
+    EngineStartLog,
+    first_error,
+    root_cause,
+    route_vllm_logger,
+)
 from harness.run.environment import RUN_VERSION_DISTS, engine_env_vars, installed_versions
 from harness.run.loadgen_test import EngineFailure, loadgen_still_running, run_loadgen_test
 from harness.run.logs import ACCURACY_LOG, DETAIL_LOG, parse_detail_log, performance_result
@@ -117,6 +124,7 @@ class RunRequest:
     offline_order: str = "arrival"  # sut.offline.ORDERS: samples to the engine by prompt length
     engine_stats: bool = False  # vLLM's scheduler stats into the timeline (Server-like SUT)
     profile: str | None = None  # "STEPS[@SKIP]": vLLM's profiler over the performance test
+    verbose: bool = False  # vLLM's own output on the terminal, not only in OUTPUT/engine.log
     # data_parallel_size > 1: who picks each request's engine, "ours" (sut.routing) or "vllm"
     dp_routing: str = DEFAULT_ROUTING
     warmup_samples: int = 0  # prompts (none of the test's) generated before it, untimed
@@ -438,15 +446,17 @@ def run(
 
 
 @contextlib.contextmanager
-def still_going(what: str, every_s: float = STILL_GOING_S) -> Iterator[None]:
+def still_going(
+    what: str, say: Callable[[str], None], every_s: float = STILL_GOING_S
+) -> Iterator[None]:
     """While the block runs, a line every `every_s` seconds saying so, with the time it has
-    taken: a start that takes minutes is not a hang."""
+    taken: a start that takes minutes is not a hang. `say` writes a line to the terminal."""
     done = threading.Event()
     t0 = time.monotonic()
 
     def tick() -> None:
         while not done.wait(every_s):
-            print(f"{what} ({time.monotonic() - t0:.0f} s)", flush=True)
+            say(f"{what} ({time.monotonic() - t0:.0f} s)")
 
     ticker = threading.Thread(target=tick, name="still-going", daemon=True)
     ticker.start()
@@ -503,10 +513,10 @@ def _run_tests(
 
     qsl = TokenQSL(prep.dataset.prompts, settings.performance_sample_count_override or None)
     t0 = time.monotonic()
-    start_log = EngineStartLog.begin()  # vLLM's processes' output, held until the start is decided
     print("starting the vLLM engine (a large model takes minutes)", flush=True)
+    start_log = EngineStartLog.begin()  # vLLM's processes' output, held until the start is decided
     try:
-        with still_going("the engine is still starting"):
+        with still_going("the engine is still starting", start_log.say):
             sut = build_sut(prep)
     except BaseException as exc:  # the engine failed to start, or the start was interrupted
         printed = start_log.failed()
@@ -525,9 +535,11 @@ def _run_tests(
             reason = cause or vllm_reason(exc)
             raise EngineFailure(f"the vLLM engine did not start: {reason}{kept}") from exc
         raise
-    start_log.started()
+    start_log.started(None if req.verbose else out / ENGINE_LOG)
+    unroute = (lambda: None) if req.verbose else route_vllm_logger(out / ENGINE_LOG)
     result.engine_start_s = round(time.monotonic() - t0, 2)
-    print(f"engine started in {result.engine_start_s:.0f} s", flush=True)
+    shown = "" if req.verbose else f" (vLLM's own output: {out / ENGINE_LOG}; --verbose shows it)"
+    print(f"engine started in {result.engine_start_s:.0f} s{shown}", flush=True)
     resolved = resolved_settings(getattr(sut, "vllm_config", None))
     result.engine_resolved = resolved
     result.engine_resolved_args = resolved_engine_args(getattr(sut, "vllm_config", None))
@@ -612,6 +624,7 @@ def _run_tests(
         sut.stop(stop_timeout_s)
         qsl.destroy()
         start_log.close()  # the engine's processes are gone: their output pipes are closed
+        unroute()
 
 
 def _run_test06(
