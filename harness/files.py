@@ -160,10 +160,7 @@ def check_free_space(path: Path, need: int, flag: str, what: str) -> None:
     """The file system that will hold `path` has at least `need` bytes free, else one error
     naming what needs them: a full disk found before the engine starts, not minutes into a run
     whose logs could not be written."""
-    probe = Path(path).absolute()
-    while not probe.exists():
-        probe = probe.parent
-    free = shutil.disk_usage(probe).free
+    free = shutil.disk_usage(_nearest_existing(Path(path))).free
     if free < need:
         raise UsageError(
             f"{flag} {path}: its file system has {free / 1e6:.1f} MB free, and {what} needs "
@@ -179,11 +176,17 @@ def check_output_file(path: Path, flag: str) -> None:
     _check_creatable(path.parent, flag, of=path)
 
 
-def _check_creatable(folder: Path, flag: str, of: Path | None = None) -> None:
-    shown = of or folder
-    probe = folder.absolute()
+def _nearest_existing(path: Path) -> Path:
+    """`path` itself, or the nearest of its parents that exists (absolute)."""
+    probe = path.absolute()
     while not probe.exists():
         probe = probe.parent
+    return probe
+
+
+def _check_creatable(folder: Path, flag: str, of: Path | None = None) -> None:
+    shown = of or folder
+    probe = _nearest_existing(folder)
     if not probe.is_dir():
         raise UsageError(
             f"{flag} {shown}: {probe} is a file, so no folder can be made under it: "

@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import UsageError
-from harness.run.engine_log import ENGINE_START_LOG
+from harness.run.engine_log import ENGINE_LOG, ENGINE_START_LOG
+from harness.run.profile import PROFILE_DIR
 from harness.run.result import RESULT_FILE, TEST06_DIR, RunResult
 from harness.run.settings import LOADGEN_SCENARIO, NO_AUDIT_NAME
 from harness.run.user_conf import ignored_lines
@@ -65,10 +66,10 @@ RUN_OUTPUTS = (
     TEST06_DIR,
     RESULT_FILE,
     "audit.config",
-    "profile",  # harness.run.profile.PROFILE_DIR
+    PROFILE_DIR,
     NO_AUDIT_NAME,
     ENGINE_START_LOG,
-    "engine.log",  # harness.run.engine_log.ENGINE_LOG
+    ENGINE_LOG,
 )
 
 

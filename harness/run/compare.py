@@ -119,7 +119,7 @@ def _latency(value: Any, limit: Any) -> str:
 
 def render(table: Sequence[dict[str, Any]]) -> str:
     """A plain-text table, one row per run, columns aligned; the differing knobs last."""
-    head = [c for c in COLUMNS]
+    head = list(COLUMNS)
     body = []
     for row in table:
         body.append(

@@ -19,7 +19,7 @@ from __future__ import annotations
 import gzip
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -100,7 +100,7 @@ def profiler_config(window: ProfileWindow, out_dir: Path) -> dict[str, Any]:
     }
 
 
-def check_profile(spec: str | None, engine_overrides: dict[str, Any]) -> ProfileWindow | None:
+def check_profile(spec: str | None, engine_overrides: Mapping[str, Any]) -> ProfileWindow | None:
     if spec is None:
         return None
     if engine_overrides.get("profiler_config"):

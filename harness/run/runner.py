@@ -198,10 +198,8 @@ def prepare(req: RunRequest) -> PreparedRun:
         SettingsRequest(loadgen_model, req.scenario, req.user_conf), req.modes()[0]
     )
     apply_overrides(settings, req.scenario, req.loadgen_overrides)
-    source = ("--target-qps" if "target_qps" in req.loadgen_overrides else None) or (
-        str(req.user_conf) if req.user_conf is not None else "mlperf.conf"
-    )
-    check_finite(settings, req.scenario, source)
+    # a zero rate can only come from a conf here: check_overrides refused a zero --target-qps
+    check_finite(settings, req.scenario, str(req.user_conf or "mlperf.conf"))
     if req.loadgen_overrides:
         shown = ", ".join(f"{k} {v:g}" for k, v in sorted(req.loadgen_overrides.items()))
         warnings.append(f"LoadGen settings overridden on the command line: {shown}")
@@ -215,7 +213,7 @@ def prepare(req: RunRequest) -> PreparedRun:
     dataset = load_dataset(
         req.dataset, bench, allow_pickle=req.allow_pickle, need_targets=need_targets
     )
-    window = check_profile(req.profile, dict(req.engine_overrides))
+    window = check_profile(req.profile, req.engine_overrides)
     overrides = dict(req.engine_overrides)
     if window is not None:
         if "performance" not in req.modes():
