@@ -20,6 +20,8 @@
 #   bench/gpu.sh offline-405b [run args]  one GPU: the 405B's width at 16 layers (one TP 8 GPU's
 #                          share, bench/models/llama31_405b_16l) on the mix's length profile; MODE=
 #                          accuracy: the accuracy log, scored on a CPU machine (the part's header)
+#   bench/gpu.sh 405b-chain TP [run args]  (TP GPUs) the 405B with FP8-serialized dummy weights:
+#                          Offline >= 600 s, Server, the accuracy path, one engine each (its header)
 #   bench/gpu.sh confirm-405b SCENARIO TARGET [run args]  one 600 s run of it at TARGET QPS
 #   bench/gpu.sh calibrate-405b SCENARIO [calibrate args]  its Server or Interactive search
 #   bench/gpu.sh offline-full  Llama-3.1-8B FP8 Offline via `mlperf-vllm run` at the real query size:
@@ -210,8 +212,10 @@ offline_405b() {  # name, model, samples, run args...
 # One Offline query of the whole set, each prompt once; no min duration (throughput study, not a
 # submission run) unless MIN_MS sets one (a 600 s run shorter than the rules' query).
 offline_conf() {  # samples -> a user.conf on stdout
-  printf '*.Offline.min_duration = %s\n*.Offline.min_query_count = %s\n*.Offline.target_qps = 1\n' \
-    "${MIN_MS:-0}" "$1"
+  # OFFLINE_QPS: LoadGen issues max(min_query_count, 1.1 x target_qps x min_duration) samples, so
+  # a run with a min duration and fewer samples than 660 x target_qps needs it under 1
+  printf '*.Offline.min_duration = %s\n*.Offline.min_query_count = %s\n*.Offline.target_qps = %s\n' \
+    "${MIN_MS:-0}" "$1" "${OFFLINE_QPS:-1}"
 }
 
 tune() {  # name, KEY=VALUE engine args...
@@ -330,6 +334,48 @@ case "${1:-all}" in
     # tp8-405b`, then `WAIT=540 bash bench/gpu.sh collect` in the calls after; engine flags $STACK
     shift; offline_405b "405b_fp8_tp8" "${MODEL405:-bench/models/llama31_405b_dummy}" \
       "${N405:-800}" --tensor-parallel-size 8 "$@" ;;
+  405b-chain)  # TP GPUs (CUDA_VISIBLE_DEVICES): Llama-3.1-405B with FP8-serialized dummy weights
+    # (built in FP8 from the start: MODEL405, default bench/models/llama31_405b_fp8, all 126
+    # layers, for TP 4 on 4 x H200; bench/models/llama31_405b_63l_fp8 at TP 2 does one TP 4 GPU's
+    # work on each of 2 GPUs), one engine start per step:
+    #   1. Offline, one query of N_OFF samples (default 260) of the mix's profile for MIN_MS
+    #      (default 600,000): VALID but for the query size when it lasts >= 600 s; line STACK_OFF
+    #   2. Server at FRAC (default 0.4) x step 1's samples/s for SERVER_MS (default 240,000) and
+    #      1.3 x the queries that issues (one pass over that many samples: the count, not the
+    #      duration, ends the run, so LoadGen pads no second pass), engine stats on; line
+    #      STACK_SRV (default 512 tokens a step: the 405B's 175 ms TPOT limit at this per-GPU
+    #      share, bench/RESULTS.md)
+    #   3. the accuracy path: MODE=accuracy on N_ACC samples (default 16), outputs to 2,000
+    # Each step in $OUT/offline, server, accuracy; STEPS (default "1 2 3") picks some
+    shift; tp=${1:?tensor parallel size}; shift; base=$OUT
+    model=${MODEL405:-bench/models/llama31_405b_fp8}
+    off=${STACK_OFF:---max-num-seqs 256 --max-num-batched-tokens 2048}
+    srv=${STACK_SRV:---max-num-seqs 256 --max-num-batched-tokens 512}
+    n=${N_OFF:-260}; min_ms=${MIN_MS:-600000}
+    for step in ${STEPS:-1 2 3}; do
+      case $step in
+        1) qps=$(awk -v n="$n" -v ms="$min_ms" 'BEGIN { q = ms ? n / (1.1 * ms / 1000) : 1;
+             printf "%.4f", q < 1 ? q : 1 }')
+           OUT=$base/offline MODEL405=$model MIN_MS=$min_ms OFFLINE_QPS=$qps N405=$n STACK=$off \
+             bash bench/gpu.sh offline-405b --tensor-parallel-size "$tp" "$@" ;;
+        2) read -r q m < <(python3 - "$base/offline" "${FRAC:-0.4}" "${SERVER_MS:-240000}" <<'PY'
+import glob, json, math, sys
+rate = [json.load(open(f))["performance"]["samples_per_second"]
+        for f in glob.glob(sys.argv[1] + "/run_*_result.json")]
+q = round(float(sys.argv[2]) * rate[0], 3) if rate else 0
+print(q, max(2, math.ceil(1.3 * q * float(sys.argv[3]) / 1000)))
+PY
+)
+           echo "405b-chain: Server at $q QPS, $m samples"
+           [ "${m:-0}" -gt 0 ] && [ "$q" != 0 ] || { echo "405b-chain: no Offline rate"; continue; }
+           OUT=$base/server MODEL405=$model CONFIRM_MS=${SERVER_MS:-240000} MINQ=$m N405=$m \
+             STACK=$srv bash bench/gpu.sh confirm-405b Server "$q" --tensor-parallel-size "$tp" \
+             --engine-stats "$@" ;;
+        3) OUT=$base/accuracy MODEL405=$model MODE=accuracy N405=${N_ACC:-16} STACK=$off \
+             bash bench/gpu.sh offline-405b --tensor-parallel-size "$tp" "$@" ;;
+      esac
+      echo "405b-chain: step $step done"
+    done ;;
   offline-405b)  # one GPU: the 405B's full width at 16 layers (bench/models/llama31_405b_16l:
     # one TP 8 GPU's share of the real model, bench/memory_plan.py), FP8 + FP8 KV, on the 405B
     # mix's length profile (PROFILE longmix of bench/profile_dataset.py: prompts to 20,000
@@ -341,8 +387,8 @@ case "${1:-all}" in
     #   python bench/profile_dataset.py --profile longmix --model bench/models/llama31_405b_16l \
     #     --samples N405 --targets --tokenizer-out TOK --out DATA   (the same file, one seed)
     #   mlperf-vllm evaluate --benchmark llama3_1-405b --accuracy-log LOG --dataset DATA --tokenizer TOK
-    shift; offline_405b "405b16_fp8_${MODE:-perf}" "${MODEL405:-bench/models/llama31_405b_16l}" \
-      "${N405:-200}" "$@" ;;
+    shift; m405=${MODEL405:-bench/models/llama31_405b_16l}
+    offline_405b "405b_$(basename "$m405")_${MODE:-perf}" "$m405" "${N405:-200}" "$@" ;;
   confirm-405b)  # one GPU: one run of offline-405b's model and profile in SCENARIO at TARGET
     # QPS (the 405B's limits: Server TTFT 6,000 / TPOT 175 ms) for 600 s and MINQ queries
     # (default 662: early stopping's count with one query over a limit; 1,324 s at 0.5 QPS),

