@@ -12,10 +12,13 @@ one per GPU), pipeline parallelism the layers. What is left of `util` x the GPU'
 the weights and `reserve` (activations at the step's token budget, CUDA graphs, the non-torch
 part) is KV cache.
 
-`--reserve-gib` defaults to 8: on one H200 (140.4 GiB), Llama 3.1 8B FP8 + FP8 KV at util 0.92
-and 65,536 tokens per step reported 115,460 blocks of 16 (1,847,360 KV tokens:
-bench/results/h200-server-policy), which leaves 8.0 GiB beside 8.5 GiB of weights and 112.8
-GiB of KV cache. A wider model or a bigger step needs more.
+The reserve, unless `--reserve-gib` fixes it, is 2 GiB plus the step's activations on paper:
+`--tokens-per-step` x (2 x intermediate / TP + 4 x hidden) x 2 bytes. It is fitted to what vLLM
+0.26 reported on H200s at util 0.92 (FP8 + FP8 KV), and the plan lands within 5% of each:
+  Llama 3.1 8B, one GPU, 65,536 tokens a step: 115,460 blocks of 16 (h200-server-policy)
+  405B width at 16 layers, one GPU, 2,048: 141,232 and 148,144 blocks (h200-405b)
+  405B width at 63 layers, TP 2, 2,048 and 512: 30,174 / 31,848 and 30,223 blocks (h200x2-405b)
+The same engine line moves by a few % from start to start (the compile cache, LLM vs AsyncLLM).
 
     python bench/memory_plan.py bench/models/llama31_405b_dummy/config.json --tp 8
     python bench/memory_plan.py bench/models/llama31_405b_dummy/config.json --proxy-of-tp 8
@@ -51,7 +54,8 @@ def plan(
     kv: str = "fp8",
     gpu_gib: float = 140.4,
     util: float = 0.92,
-    reserve_gib: float = 8.0,
+    reserve_gib: float | None = None,
+    tokens_per_step: int = 2048,
 ) -> Plan:
     h, inter = int(cfg["hidden_size"]), int(cfg["intermediate_size"])
     heads, kv_heads = int(cfg["num_attention_heads"]), int(cfg["num_key_value_heads"])
@@ -67,8 +71,21 @@ def plan(
     weights_per_gpu = per_gpu_layers * w + 2 * embed // tp + 2 * h
     kv_per_layer = 2 * max(1, kv_heads // tp) * head_dim * BYTES[kv]
     kv_per_token = per_gpu_layers * kv_per_layer
+    if reserve_gib is None:
+        reserve_gib = reserve(cfg, tp, tokens_per_step) / GIB
     budget = gpu_gib * util * GIB - weights_per_gpu - reserve_gib * GIB
     return Plan(n, params, weights_per_gpu, kv_per_token, max(0, int(budget // kv_per_token)))
+
+
+BASE_RESERVE = 2 * GIB  # CUDA graphs, NCCL and cuBLAS workspaces, the non-torch part
+
+
+def reserve(cfg: dict, tp: int, tokens_per_step: int) -> int:
+    """Bytes a GPU keeps beside weights and KV: a base, plus the activations of a step of
+    `tokens_per_step` tokens (the MLP's gate and up halves at 1/TP, a few hidden-wide buffers)
+    in BF16."""
+    h, inter = int(cfg["hidden_size"]), int(cfg["intermediate_size"])
+    return BASE_RESERVE + tokens_per_step * (2 * inter // tp + 4 * h) * 2
 
 
 def proxy_layers(cfg: dict, tp: int) -> int:
@@ -98,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kv", choices=sorted(BYTES), default="fp8")
     ap.add_argument("--gpu-gib", type=float, default=140.4, help="default: one H200")
     ap.add_argument("--util", type=float, default=0.92, help="gpu_memory_utilization")
-    ap.add_argument("--reserve-gib", type=float, default=8.0)
+    ap.add_argument("--reserve-gib", type=float, help="default: 2 GiB + the step's activations")
+    ap.add_argument("--tokens-per-step", type=int, default=2048, help="max_num_batched_tokens")
     a = ap.parse_args(argv)
     cfg = json.loads(a.config.read_text())
     kw = {
@@ -107,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         "gpu_gib": a.gpu_gib,
         "util": a.util,
         "reserve_gib": a.reserve_gib,
+        "tokens_per_step": a.tokens_per_step,
     }
     if a.proxy_of_tp:
         full = plan(cfg, tp=a.proxy_of_tp, **kw)

@@ -39,9 +39,33 @@ def test_parameter_counts_are_the_published_ones(cfg, params):
 
 
 def test_the_8b_on_one_h200_matches_what_vllm_reported():
-    # FP8 + FP8 KV at util 0.92: vLLM reported 115,460 blocks of 16 tokens
-    got = mp.plan(LLAMA31_8B).kv_tokens
+    # FP8 + FP8 KV at util 0.92, 65,536 tokens a step: vLLM reported 115,460 blocks of 16 tokens
+    got = mp.plan(LLAMA31_8B, tokens_per_step=65_536).kv_tokens
     assert got == pytest.approx(115_460 * 16, rel=0.01)
+
+
+@pytest.mark.parametrize(
+    "layers, tp, step, blocks",
+    [
+        (16, 1, 2048, 141_232),  # bench/results/h200-405b: the Offline engine (LLM)
+        (16, 1, 2048, 148_144),  # its Server engine (AsyncLLM)
+        (63, 2, 2048, 30_174),  # bench/results/h200x2-405b: Offline, a cold start
+        (63, 2, 2048, 31_848),  # the accuracy run, the same line from the compile cache
+        (63, 2, 512, 30_223),  # the Server line
+    ],
+)
+def test_the_405b_plans_are_within_5_percent_of_what_vllm_reported_on_h200s(
+    layers, tp, step, blocks
+):
+    got = mp.plan(LLAMA31_405B, layers=layers, tp=tp, tokens_per_step=step).kv_tokens
+    assert got == pytest.approx(blocks * 16, rel=0.05)
+
+
+def test_a_bigger_step_reserves_more():
+    small = mp.plan(LLAMA31_8B, tokens_per_step=2048)
+    big = mp.plan(LLAMA31_8B, tokens_per_step=65_536)
+    fixed = mp.plan(LLAMA31_8B, tokens_per_step=65_536, reserve_gib=8.0)
+    assert small.kv_tokens > big.kv_tokens != fixed.kv_tokens
 
 
 def test_tensor_and_pipeline_parallelism_split_what_they_split():
@@ -63,3 +87,8 @@ def test_the_kept_405b_proxy_is_the_full_width_at_16_layers():
     assert kept == {**LLAMA31_405B, "num_hidden_layers": 16}
     assert mp.main([str(MODELS / "llama31_405b_16l" / "config.json")]) == 0  # fits one H200
     assert mp.main([str(MODELS / "llama31_405b_dummy" / "config.json")]) == 1  # does not
+    # the serialized-FP8 stand-ins: the whole model at TP 4, and 63 layers at TP 2 (one TP 4
+    # GPU's work on each of two GPUs) fit four and two H200s
+    assert mp.main([str(MODELS / "llama31_405b_fp8" / "config.json"), "--tp", "4"]) == 0
+    half = ["--tp", "2", "--layers", "63"]
+    assert mp.main([str(MODELS / "llama31_405b_63l_fp8" / "config.json"), *half]) == 0
