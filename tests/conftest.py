@@ -8,8 +8,9 @@ each of them:
 
 - `offline_smoke_run`: Offline `--mode both` on the smoke conf (float32), logged to the session's
   MLflow server (test_offline_e2e, test_tracking_mlflow, test_evaluation_e2e);
-- `server_smoke_run`: Server `--mode both` on the smoke conf, run under a probe that lists the
-  threads and child processes left after `main()` returns (test_server_e2e, test_package_e2e).
+- `server_smoke_run`: Server `--mode both` on the smoke conf, with its progress bars (on stderr),
+  run under a probe that lists the threads and child processes left after `main()` returns
+  (test_server_e2e, test_package_e2e).
 
 A new test that only reads such a run's files takes the fixture rather than starting a run.
 
@@ -145,6 +146,7 @@ def run_args(
     scenario: str = "Offline",
     mode: str = "performance",
     mlflow: bool = False,
+    progress: bool = False,
 ) -> list[str]:
     """`run` arguments for a tiny-model run: no progress bar, no MLflow unless asked, `extra`."""
     return [
@@ -164,7 +166,7 @@ def run_args(
         "--user-conf",
         str(conf),
         *([] if mlflow else ["--no-mlflow"]),
-        "--no-progress",
+        *([] if progress else ["--no-progress"]),
         *extra,
     ]
 
@@ -322,6 +324,7 @@ def _server_smoke_attempt(tiny_model, tiny_dataset, tmp_path_factory) -> ProbedR
         str(lines),
         scenario="Server",
         mode="both",
+        progress=True,  # its bars, one per test, are read in test_server_e2e
     )
     proc = subprocess.run(
         [sys.executable, "-c", LEFTOVER_PROBE, *args],

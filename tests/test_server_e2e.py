@@ -3,8 +3,10 @@
 Each run is `python -m harness.cli run ...` in its own process. Four engine starts in all:
 - the session's Server smoke run (`server_smoke_run`, conftest; shared with test_package_e2e):
   VALID, many queries in the engine at once, first token before completion for every query,
-  TEST06 on the same engine after it (`--test06`) passing, no thread or child process left
-  after `main()` returns;
+  TEST06 on the same engine after it (`--test06`) passing, one progress bar per test against
+  its planned total, the engine-kept-up verdict in MLflow (`log-run` of its folder, no
+  engine), its warnings repeated under the table, no thread or child process left after
+  `main()` returns;
 - an Interactive run far above capacity, under the TEST06 audit.config: INVALID on latency,
   no LoadGen error, every query answered; TEST06 passes on that output and fails once the
   accuracy log is corrupted;
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -162,6 +165,58 @@ def test_server_run_is_valid_with_many_queries_in_flight(server_run):
     t06_detail = _detail(out / "TEST06" / "performance")
     assert t06_detail["effective_accuracy_log_sampling_target"] == 100
     assert _detail(out / "performance")["effective_accuracy_log_sampling_target"] == 0
+
+
+# A state of a tqdm bar on stderr: "Server performance:  50%|#####     | 300/600 [...]"
+BAR = re.compile(r"(Server [A-Za-z0-9]+):\s+\d+%\|[^|]*\|\s*(\d+)/(\d+)")
+
+
+def test_server_run_shows_one_bar_per_test_against_its_plan(server_run):
+    """`--mode both --test06`: a bar per test, named after it, counting from 0; the
+    performance test's against the queries the run planned, not "issued so far"."""
+    out, run = server_run
+    result = json.loads((out / "result.json").read_text())
+    states: dict[str, list[tuple[int, int]]] = {}
+    for label, n, total in BAR.findall(run.proc.stderr):
+        states.setdefault(label, []).append((int(n), int(total)))
+    assert list(states) == ["Server performance", "Server accuracy", "Server TEST06"], states
+    queries = result["issue_plan"]["queries"]  # LoadGen's own count (asserted above)
+    perf = states["Server performance"]
+    assert {total for _, total in perf} == {queries}, perf
+    assert perf[-1] == (queries, queries)
+    # the bar moved through the run rather than sitting at its end
+    assert any(0 < n < queries // 2 for n, _ in perf), perf
+    size = result["dataset_size"]
+    acc = states["Server accuracy"]
+    assert acc[0] == (0, size) and acc[-1] == (size, size), acc
+    n, total = states["Server TEST06"][-1]
+    assert n == total == result["sut_stats_by_mode"]["TEST06"]["completed"]
+
+
+def test_server_run_logs_kept_up_to_mlflow_and_repeats_its_warnings(server_run, tmp_path):
+    """The engine-kept-up verdict reaches MLflow as a metric (1/0 when judged) and a tag; the
+    run's warnings close its printed table."""
+    from mlflow import MlflowClient
+
+    out, run = server_run
+    result = json.loads((out / "result.json").read_text())
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    proc = cli("log-run", str(out), "--mlflow-uri", uri, "--experiment", "server", timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    client = MlflowClient(uri)
+    (logged,) = client.search_runs([client.get_experiment_by_name("server").experiment_id])
+    m, t = logged.data.metrics, logged.data.tags
+    kept_up = result["performance"]["sustained"]["kept_up"]
+    assert t["kept_up"] == {True: "yes", False: "no", None: "not judged"}[kept_up]
+    if kept_up is None:
+        assert "kept_up" not in m
+    else:
+        assert m["kept_up"] == (1.0 if kept_up else 0.0)
+    # the smoke conf is no submission's: its warning is repeated under the table, last
+    assert result["warnings"], result["warnings"]
+    table, _, block = run.proc.stdout.rpartition("warnings (")
+    assert "mlperf-vllm result" in table and "in full in result.json):" in block
+    assert result["warnings"][0].split(":")[0] in block
 
 
 def test_server_run_leaves_no_thread_or_process(server_run):

@@ -15,6 +15,7 @@ from mlflow_server import free_port
 from harness import tracking
 from harness.errors import UsageError
 from harness.tracking import store
+from harness.tracking.params import kept_up_tag
 
 
 def test_sanitize_key_keeps_valid_names_and_fixes_bad_ones():
@@ -84,6 +85,17 @@ def test_performance_metrics_names_and_units():
     assert m["valid"] == 0.0 and m["early_stopping_met"] == 0.0
     assert m["ttft_p99_ms"] == 5.0 and m["tpot_p50_ms"] == 0.2 and m["latency_p999_ms"] == 7000
     assert m["loadgen.result_first_token_99.00_percentile_latency_ns"] == 5e6
+    # Offline: no verdict on the arrival rate, so neither metric nor tag
+    assert "kept_up" not in m and kept_up_tag(perf) is None
+
+
+@pytest.mark.parametrize(
+    "kept_up, metric, tag", [(True, 1.0, "yes"), (False, 0.0, "no"), (None, None, "not judged")]
+)
+def test_kept_up_is_a_metric_when_judged_and_always_a_tag(kept_up, metric, tag):
+    perf = {"validity": "VALID", "sustained": {"kept_up": kept_up, "reason": "r"}}
+    assert tracking.performance_metrics(perf).get("kept_up") == metric
+    assert kept_up_tag(perf) == tag
 
 
 def test_unreachable_server_is_a_clear_error_in_seconds():

@@ -102,6 +102,8 @@ def test_run_is_logged_with_params_metrics_validity_verdict_and_artifacts(
     assert m["duration_s"] == pytest.approx(perf["duration_s"])
     assert m["latency_p99_ms"] > 0 and m["latency_p50_ms"] > 0
     assert "loadgen.result_tokens_per_second" in m
+    # Offline has no arrival rate to keep up with: no verdict (a Server run's: test_server_e2e)
+    assert "kept_up" not in m and "kept_up" not in t
 
     # Accuracy metrics and verdict, as evaluation computed them.
     acc = result["accuracy"]

@@ -73,6 +73,7 @@ from harness.run.settings import (
     check_finite,
     check_overrides,
     issue_plan,
+    planned_samples,
     set_mode,
 )
 from harness.run.timeline import record_timeline
@@ -501,6 +502,7 @@ def _run_tests(
     if capped:
         result.warnings.append(capped)
         print(f"warning: {capped}", flush=True)
+    plan = None
     if "performance" in req.modes():
         loaded = settings.performance_sample_count_override or prep.bench.performance_sample_count
         plan = issue_plan(settings, min(loaded, prep.dataset.size))
@@ -564,10 +566,14 @@ def _run_tests(
             log_dir = out / mode
             log_settings = build_log_settings(log_dir)
             sut.reset_stats()
+            # an audit.config changes what LoadGen issues after the plan was made: no total
+            planned = None if req.audit_config else planned_samples(mode, plan, prep.dataset.size)
+            sut.begin_progress(mode, planned)
             profiling = req.profile is not None and mode == "performance"
             if profiling:
                 sut.profile(True)
             run_loadgen_test(lg, sut, qsl, settings, log_settings, audit, mode, req.stall_timeout_s)
+            sut.end_progress()
             if profiling and sut.error is None:
                 sut.profile(False)  # returns once every rank wrote its trace
                 result.profile = summarize(out / PROFILE_DIR)
@@ -645,9 +651,11 @@ def _run_test06(
     audit = audit_path_for(folder, require_shipped(TEST06_AUDIT))
     set_mode(settings, "performance")
     sut.reset_stats()
+    sut.begin_progress("TEST06")
     run_loadgen_test(
         lg, sut, qsl, settings, build_log_settings(log_dir), audit, "TEST06", req.stall_timeout_s
     )
+    sut.end_progress()
     if sut.error is not None:
         raise EngineFailure(
             f"vLLM engine failed during the TEST06 test: {describe_error(sut.error)}"

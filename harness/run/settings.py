@@ -243,6 +243,17 @@ def issue_plan(settings, loaded: int) -> IssuePlan | None:
     )
 
 
+def planned_samples(mode: str, plan: IssuePlan | None, total_samples: int) -> int | None:
+    """The samples a test of the run will issue, as the run knows them before it starts (the
+    progress bar's total): the performance test's plan; every sample of the set once in the
+    accuracy test; None where the run has no plan (SingleStream, an audit test)."""
+    if mode == "accuracy":
+        return total_samples
+    if mode == "performance" and plan is not None:
+        return plan.samples
+    return None
+
+
 SPILL_NOTE = 0.02  # the plan line names the padded count from this chance up
 
 

@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import shutil
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from harness.run.result import RunResult
+
+# The table fits the terminal it is printed on, between these widths: at most 110 columns (the
+# width it was laid out for, also used where the output is no terminal), at least 72 (below,
+# rich would squeeze the value column into a few characters a line).
+MAX_WIDTH = 110
+MIN_WIDTH = 72
+MAX_WARNINGS = 8  # warnings repeated under the table; result.json keeps them all
 
 
 def _fmt(v: Any, unit: str = "", digits: int = 1) -> str:
@@ -45,7 +53,7 @@ def result_rows(run: RunResult | Mapping[str, Any]) -> list[tuple[str, str]]:
                     "submission",
                     f"NOT COMPLIANT for round {result.round or '?'}: "
                     + ", ".join(result.not_compliant)
-                    + " (see the warning above)",
+                    + " (see the warnings below)",
                 )
             )
         label = "tokens/s" if perf["scenario"] == "Offline" else "completed tokens/s"
@@ -80,6 +88,8 @@ def result_rows(run: RunResult | Mapping[str, Any]) -> list[tuple[str, str]]:
         sustained = perf.get("sustained")
         if sustained:
             rows.append(("engine kept up", _sustained_text(sustained)))
+            if perf["validity"] == "VALID" and sustained.get("kept_up") is False:
+                rows.append(("  meaning", _valid_but_behind(sustained)))
         stats = result.sut_stats or {}
         if perf["scenario"] != "Offline" and "peak_engine_in_flight" in stats:
             rows.append(
@@ -122,27 +132,80 @@ def _sustained_text(v: Mapping[str, Any]) -> str:
     )
 
 
+def _valid_but_behind(v: Mapping[str, Any]) -> str:
+    """VALID beside "kept up NO": LoadGen judged the p99s of this run's length only, while the
+    backlog's trend says how the same rate ends over a longer one."""
+    rates = ""
+    if v.get("completed_qps_in_window") and v.get("target_qps"):
+        rates = f" ({v['completed_qps_in_window']:.2f}/s against {v['target_qps']:g} QPS)"
+    return (
+        "LoadGen's p99s held over this run's length, but the engine completed fewer queries a "
+        f"second than arrived{rates}, so its backlog grows and a longer run at this rate would "
+        "fail: ship a lower target"
+    )
+
+
 def _limit_ok(value: float | None, limit: float | None) -> str:
     if value is None or not limit:
         return ""
     return "ok" if value <= limit else "OVER"
 
 
-def render_result(result: RunResult) -> str:
+def table_width() -> int:
+    """The terminal's width (COLUMNS where set), within MIN_WIDTH..MAX_WIDTH; MAX_WIDTH where
+    the output is no terminal (a pipe, a file)."""
+    columns = shutil.get_terminal_size((MAX_WIDTH, 24)).columns
+    return max(MIN_WIDTH, min(MAX_WIDTH, columns))
+
+
+def warnings_block(warnings: Sequence[str], width: int) -> str:
+    """The run's warnings again, one line each cut to `width`: printed as the run went, before
+    the engine's start and a long test, they would have scrolled away by the end."""
+    shown = list(dict.fromkeys(" ".join(str(w).split()) for w in warnings))  # once each
+    if not shown:
+        return ""
+    lines = [f"warnings ({len(shown)}; in full in result.json):"]
+    for w in shown[:MAX_WARNINGS]:
+        lines.append("  - " + clip_middle(w, width - 4))
+    if len(shown) > MAX_WARNINGS:
+        lines.append(f"  ... and {len(shown) - MAX_WARNINGS} more in result.json")
+    return "\n".join(lines) + "\n"
+
+
+def clip_middle(text: str, width: int) -> str:
+    """`text` in `width` characters, cut in the middle at spaces: a warning says what is wrong
+    first and what to do last ("... (did you mean target_qps?)")."""
+    if len(text) <= width:
+        return text
+    gap = " ... "
+    room = width - len(gap)
+    head, tail = text[: room - room // 2], text[len(text) - room // 2 :]
+    # whole words where a space is near: never more than a fifth of a half given up for it
+    if " " in head[-len(head) // 5 :]:
+        head = head[: head.rindex(" ")]
+    if " " in tail[: len(tail) // 5]:
+        tail = tail[tail.index(" ") + 1 :]
+    return head + gap + tail
+
+
+def render_result(result: RunResult, width: int | None = None) -> str:
+    """The table, the accuracy table, then the run's warnings; `width`: the terminal's
+    (table_width) unless given."""
     from io import StringIO
 
     from rich.console import Console
     from rich.table import Table
 
+    width = width or table_width()
     table = Table(title="mlperf-vllm result", show_header=False, title_justify="left")
     table.add_column("what", style="bold")
     table.add_column("value")
     for k, v in result_rows(result):
         table.add_row(k, v)
     buf = StringIO()
-    Console(file=buf, width=110, force_terminal=False).print(table)
+    Console(file=buf, width=width, force_terminal=False).print(table)
     text = buf.getvalue()
     acc = result.accuracy or {}
     if acc.get("table"):
         text += "\n" + acc["table"] + "\n"
-    return text
+    return text + warnings_block(result.warnings, width)

@@ -275,7 +275,7 @@ def series(
             rows[-1].update(
                 running=e[1],
                 waiting=e[2],
-                kv_cache_pct=round(100 * e[3], 1),
+                kv_cache_pct=round(100 * e[3], 3),  # a few blocks of thousands: not 0.0
                 preemptions=e[4] - preempted_before,
             )
     return rows

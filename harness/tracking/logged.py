@@ -15,6 +15,7 @@ from harness.run.result import RESULT_FILE, RunResult
 from harness.tracking.params import (
     _read_json,
     accuracy_summary,
+    kept_up_tag,
     loadgen_params,
     performance_metrics,
     result_params,
@@ -106,6 +107,7 @@ def log_result_dir(
         metrics.update(performance_metrics(perf))
         tags["validity"] = perf.get("validity")
         tags["invalid_reasons"] = "; ".join(perf.get("invalid_reasons") or []) or None
+        tags["kept_up"] = kept_up_tag(perf)
     acc_metrics, verdict, eval_error = accuracy_summary(result, out / "accuracy", fresh)
     if not acc_metrics and verdict is None and (out / "accuracy.json").is_file():
         acc_metrics, verdict, eval_error = accuracy_summary(None, out, fresh)  # evaluate's folder

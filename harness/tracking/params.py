@@ -109,6 +109,9 @@ def performance_metrics(perf: Mapping[str, Any]) -> dict[str, float]:
     if perf.get("early_stopping_met") is not None:
         m["early_stopping_met"] = 1.0 if perf["early_stopping_met"] else 0.0
     m["valid"] = 1.0 if perf.get("validity") == "VALID" else 0.0
+    kept_up = (perf.get("sustained") or {}).get("kept_up")
+    if kept_up is not None:  # the project's verdict beside LoadGen's; absent when not judged
+        m["kept_up"] = 1.0 if kept_up else 0.0
     raw = perf.get("metrics") or {}
     for pct, short in _PERCENTILES.items():
         for prefix, name in (
@@ -124,6 +127,15 @@ def performance_metrics(perf: Mapping[str, Any]) -> dict[str, float]:
         if v is not None:
             m[f"loadgen.{key}"] = v
     return m
+
+
+def kept_up_tag(perf: Mapping[str, Any]) -> str | None:
+    """Whether the engine kept up with the arrival rate (Server / Interactive), as a tag to
+    search runs by: "yes", "no", "not judged"; None where the run has no such verdict."""
+    sustained = perf.get("sustained")
+    if not sustained:
+        return None
+    return {True: "yes", False: "no"}.get(sustained.get("kept_up"), "not judged")
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
