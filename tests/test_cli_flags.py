@@ -155,3 +155,11 @@ def test_scenarios_are_taken_in_any_case():
     assert _parse("calibrate", *base, "--scenario", "interactive")[0].scenario == "Interactive"
     with pytest.raises(SystemExit):  # not a scenario in any case: argparse's refusal
         _parse("run", *base, "--scenario", "serverish")
+
+
+def test_demo_help_states_the_sample_counts_the_code_uses():
+    from harness.cli.demo import SMALL_SAMPLES, TINY_SAMPLES
+
+    demo = build_parser()._subparsers._group_actions[0].choices["demo"]  # type: ignore[union-attr]
+    text = " ".join(demo.format_help().split())
+    assert f"default: {SMALL_SAMPLES} real model, {TINY_SAMPLES} tiny model" in text

@@ -37,7 +37,9 @@ def add_parser(sub) -> None:
     demo.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
     demo.add_argument("--output", type=Path, default=Path("runs/demo"))
     demo.add_argument(
-        "--samples", type=int, help="dataset size (default: 32 real model, 96 tiny model)"
+        "--samples",
+        type=int,
+        help=f"dataset size (default: {SMALL_SAMPLES} real model, {TINY_SAMPLES} tiny model)",
     )
     demo.add_argument(
         "--tiny",
