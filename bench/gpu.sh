@@ -13,6 +13,8 @@
 #   bench/gpu.sh calibrate-70b SCENARIO [calibrate args]  llama2-70b's Server or Interactive
 #                          target by `calibrate --confirm` on OpenOrca's length profile, one GPU
 #   bench/gpu.sh confirm-70b SCENARIO TARGET [run args]  one 600 s run of llama2-70b at TARGET QPS
+#   bench/gpu.sh ray-70b   (4 GPUs) Llama-2-70B TP 2 x PP 2 over a two-node Ray cluster on the
+#                          host, beside TP 4 on one node; a node lost mid-run (the part's header)
 #   bench/gpu.sh tp2-70b   (2 GPUs) Llama-2-70B FP8, TP 2, via `mlperf-vllm run`
 #   bench/gpu.sh tp8-405b  (8 GPUs) Llama-3.1-405B FP8, TP 8, the 405B mix's length profile
 #                          (bench/models/llama31_405b_dummy: 126 layers, hidden 16384, 128/8 heads),
@@ -487,6 +489,82 @@ PY
              "CUDA_VISIBLE_DEVICES=0,1,2,3 N70=$((4 * m)) layout-70b --tensor-parallel-size 4" ;;
       esac
       echo "layouts-70b: round $r done"
+    done ;;
+  ray-70b)  # 4 GPUs: Llama-2-70B FP8 + FP8 KV over a two-node Ray cluster on this one host (the
+    # runbook's own commands, scripts/multinode.sh: ray-head on GPUs 0-1 at 127.0.0.1, ray-worker
+    # on GPUs 2-3 at 127.0.0.2, ray-check), TP 2 x PP 2 (RAY_LAYOUT) with vLLM's Ray executor,
+    # beside TP 4 on one node with its multiprocessing executor (MP_LAYOUT). STEPS (default
+    # "up ray-off ray-cal fault down mp-off mp-cal"), each in $OUT/STEP:
+    #   up       the cluster (OBJECT_STORE_BYTES per node, default 4 GB; GPUS_PER_NODE 2)
+    #   ray-off  `run` Offline of N_OFF samples (default 1,600) of OpenOrca's profile: VALID, the
+    #            cluster block in result.json
+    #   ray-cal  layout-70b Server: the Offline bound on MEASURE (default 800), then TRIALS
+    #            (default 2) trials of TRIAL_S (default 90) from FRAC (default 0.5) of it
+    #   fault    a Server `run` at FAULT_QPS (default 4) whose second node's raylet is killed
+    #            FAULT_AFTER s (default 30) into LoadGen's issuing (bench/ray_fault.py)
+    #   down     ray stop
+    #   mp-off, mp-cal  the same two on MP_LAYOUT (GPUs 0-3, no Ray)
+    # CPU dry runs: RAY_LAYOUT="--tensor-parallel-size 2", GPUS_PER_NODE=1, the tests' Ray
+    # platform plugin on PYTHONPATH (tests/test_ray_e2e.py), RAY_CHECK=layout (ray-check of
+    # RAY_LAYOUT instead of the 70b-2node recipe)
+    shift; base=$OUT; head=${HEAD_NODE:-127.0.0.1}; second=${SECOND_NODE:-127.0.0.2}
+    [ -d "$HOME/site/bin" ] && export PATH=$HOME/site/bin:$PATH  # bench/stage_pieces.sh's `ray`
+    export RAY_USAGE_STATS_ENABLED=0
+    read -r -a ray_layout <<< "${RAY_LAYOUT:---tensor-parallel-size 2 --pipeline-parallel-size 2}"
+    ray_layout+=(--distributed-executor-backend ray)
+    read -r -a mp_layout <<< "${MP_LAYOUT:---tensor-parallel-size 4}"
+    g=${GPUS_PER_NODE:-2}; all=${ALL_GPUS:-0,1,2,3}
+    gpus_a=$(echo "$all" | cut -d, -f1-"$g"); gpus_b=$(echo "$all" | cut -d, -f$((g + 1))-$((2 * g)))
+    n=${N_OFF:-1600}
+    ray_env=(RAY_ADDRESS="$head:6379" VLLM_HOST_IP="$head")
+    tmp0=${TMPDIR:-/tmp}
+    for step in ${STEPS:-up ray-off ray-cal fault down mp-off mp-cal}; do
+      # each step its own work folder (run folders, datasets); compile caches stay shared
+      export TMPDIR=$tmp0/$step; mkdir -p "$TMPDIR"
+      echo "ray-70b: step $step ($(date +%T))"; mkdir -p "$base/$step"
+      case $step in
+        up) ray stop --force > /dev/null 2>&1
+            env CUDA_VISIBLE_DEVICES="$gpus_a" NODE_IP="$head" GPUS_PER_NODE="$g" \
+              OBJECT_STORE_BYTES="${OBJECT_STORE_BYTES:-4000000000}" \
+              bash scripts/multinode.sh ray-head 2>&1 | tail -n 5 | tee "$base/up/head.log"
+            env CUDA_VISIBLE_DEVICES="$gpus_b" NODE_IP="$second" HEAD_IP="$head" GPUS_PER_NODE="$g" \
+              OBJECT_STORE_BYTES="${OBJECT_STORE_BYTES:-4000000000}" \
+              bash scripts/multinode.sh ray-worker 2>&1 | tail -n 5 | tee "$base/up/worker.log"
+            if [ "${RAY_CHECK:-recipe}" = recipe ]; then
+              env "${ray_env[@]}" bash scripts/multinode.sh ray-check 70b-2node 2>&1 | tee "$base/up/ray-check.txt"
+            else
+              env "${ray_env[@]}" python3 -m harness.cli ray-check "${ray_layout[@]:0:${#ray_layout[@]}-2}" \
+                --nodes 2 2>&1 | tee "$base/up/ray-check.txt"
+            fi ;;
+        ray-off) env "${ray_env[@]}" OUT="$base/$step" N70=$n bash bench/gpu.sh offline-70b "${ray_layout[@]}"
+                 # the whole run folder (its trace aside), for `mlperf-vllm log-run` elsewhere
+                 tar czf "$base/$step/run_folder.tgz" -C "${TMPDIR:-/tmp}/gpu-bench" \
+                   --exclude=mlperf_log_trace.json --exclude=.mlperf-vllm.lock "run_70b_fp8_${TAG:-}$n" ;;
+        ray-cal) env "${ray_env[@]}" OUT="$base/$step" SCENARIO=Server N70=$n MEASURE=${MEASURE:-800} \
+                   TRIALS=${TRIALS:-2} TRIAL_S=${TRIAL_S:-90} FRAC=${FRAC:-0.5} \
+                   bash bench/gpu.sh layout-70b "${ray_layout[@]}" ;;
+        fault)
+          ( export "${ray_env[@]}"; OUT=$base/$step; BENCHMARK=llama2-70b PROFILE=openorca SAMPLES=$n
+            model=${MODEL70:-.gpu-stage/bin/llama2_70b_dummy}
+            work=${TMPDIR:-/tmp}/gpu-bench; mkdir -p "$work"; rm -rf "$work/fault"
+            pick_dataset "$model" 0
+            printf 'llama2-70b.Server.target_qps = %s\n' "${FAULT_QPS:-4}" > "$work/fault.conf"
+            python3 bench/ray_fault.py --node-ip "$second" --after "${FAULT_AFTER:-30}" \
+              --out "$work/fault" --json "$OUT/fault.json" -- \
+              python3 -m harness.cli run --benchmark llama2-70b --scenario Server --mode performance \
+              --model "$model" --dataset "$DATA" --output "$work/fault" --user-conf "$work/fault.conf" \
+              --no-mlflow --no-progress --ignore-eos --max-tokens 1024 "${LENGTHS[@]}" "${DUMMY[@]}" \
+              "${FP8[@]}" --engine-arg max_model_len=2048 "${STACK_ARGS[@]}" "${ray_layout[@]}"
+            cp "$work/fault/result.json" "$OUT/fault_result.json" 2>/dev/null
+            cp "$work/fault/engine.log" "$OUT/fault_engine.log" 2>/dev/null; true ) ;;
+        down) ray stop --force 2>&1 | tail -n 2 ;;
+        mp-off) CUDA_VISIBLE_DEVICES=$all OUT="$base/$step" N70=$n bash bench/gpu.sh offline-70b "${mp_layout[@]}" ;;
+        mp-cal) CUDA_VISIBLE_DEVICES=$all OUT="$base/$step" SCENARIO=Server N70=$n MEASURE=${MEASURE:-800} \
+                  TRIALS=${TRIALS:-2} TRIAL_S=${TRIAL_S:-90} FRAC=${FRAC:-0.5} \
+                  bash bench/gpu.sh layout-70b "${mp_layout[@]}" ;;
+        *) echo "ray-70b: unknown step $step" ;;
+      esac
+      echo "ray-70b: step $step done ($(date +%T))"
     done ;;
   tp2-70b)   # 2 GPUs: Llama-2-70B FP8 + FP8 KV, TP 2; OpenOrca-like input, its mean output length
     BENCHMARK=llama2-70b cli_offline 70b_fp8_tp2 .gpu-stage/bin/llama2_70b_dummy 300 294 "${FP8[@]}" \

@@ -10,6 +10,8 @@
 #   device  bash bench/stage_pieces.sh recv .gpu-stage/vK   one call per piece (carry it and
 #                                                      .gpu-stage/bin); the last one puts the
 #                                                      kit's pieces back and unpacks them
+# With .gpu-stage/ray/ray-site.tar.xz (bench/stage_ray.sh) the pieces carry Ray after vLLM, and
+# the last `recv` unpacks it into the same site folder, with a `ray` command in $HOME/site/bin.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 STAGE=.gpu-stage
@@ -22,10 +24,13 @@ cut_pieces() {
   local bytes=${1:-$((CALL_BYTES - tree - 1000000 - $(du -cb "$STAGE/bin" | tail -1 | cut -f1)))}
   [ "$bytes" -gt 1000000 ] || { echo "the tree ($tree bytes) leaves no room in a call" >&2; exit 2; }
   rm -rf "$STAGE"/v[0-9]* "$STAGE/vparts"; mkdir -p "$STAGE/vparts"
-  cat "${parts[@]}" | split -b "$bytes" -d -a 2 - "$STAGE/vparts/v."
+  local extra=(); [ -f "$STAGE/ray/ray-site.tar.xz" ] && extra=("$STAGE/ray/ray-site.tar.xz")
+  cat "${parts[@]}" "${extra[@]}" | split -b "$bytes" -d -a 2 - "$STAGE/vparts/v."
   local n; n=$(ls "$STAGE"/vparts/v.* | wc -l)
-  # the kit's piece size (every piece but the last has it) and count, to put them back as they were
-  printf '%s %s %s\n' "$(stat -c %s "${parts[0]}")" "${#parts[@]}" "$n" > "$STAGE/vparts/manifest"
+  # the kit's piece size (every piece but the last has it) and count, to put them back as they
+  # were, and the kit's bytes (what follows them is Ray's site)
+  local kit; kit=$(cat "${parts[@]}" | wc -c)
+  printf '%s %s %s %s\n' "$(stat -c %s "${parts[0]}")" "${#parts[@]}" "$n" "$kit" > "$STAGE/vparts/manifest"
   local i=0
   for f in "$STAGE"/vparts/v.*; do
     i=$((i + 1)); mkdir -p "$STAGE/v$i"; mv "$f" "$STAGE/v$i/"; cp "$STAGE/vparts/manifest" "$STAGE/v$i/"
@@ -38,14 +43,28 @@ cut_pieces() {
 recv() {  # device
   local dir=${1:?usage: recv DIR}; local keep=$HOME/vstage; mkdir -p "$keep"
   mv "$dir"/v.* "$dir"/manifest "$keep/"
-  local size count n; read -r size count n < "$keep/manifest"
+  local size count n kit; read -r size count n kit < "$keep/manifest"
   local have; have=$(ls "$keep"/v.* | wc -l)
   if [ "$have" -lt "$n" ]; then echo "recv: $have of $n pieces"; return 0; fi
   mkdir -p "$HOME/stage"; rm -f "$HOME"/stage/part.*
-  cat "$keep"/v.* | split -b "$size" -d -a 2 - "$HOME/stage/part."
+  cat "$keep"/v.* > "$keep/all"  # (a pipe into `head -c` would end in SIGPIPE under pipefail)
+  local total; total=$(stat -c %s "$keep/all"); kit=${kit:-$total}
+  head -c "$kit" "$keep/all" | split -b "$size" -d -a 2 - "$HOME/stage/part."
   [ "$(ls "$HOME"/stage/part.* | wc -l)" -eq "$count" ] || { echo "recv: expected $count kit pieces" >&2; exit 1; }
+  if [ "$total" -gt "$kit" ]; then tail -c "$((total - kit))" "$keep/all" > "$HOME/ray-site.tar.xz"; fi
   rm -rf "$keep"
   bash "$STAGE/bin/unpack.sh"
+  if [ -f "$HOME/ray-site.tar.xz" ]; then
+    if command -v xz >/dev/null; then xz -dc "$HOME/ray-site.tar.xz" | tar -x -C "$HOME/site"
+    else python3 -c "import sys, tarfile; tarfile.open(sys.argv[1], 'r:xz').extractall(sys.argv[2])" \
+      "$HOME/ray-site.tar.xz" "$HOME/site"; fi
+    rm -f "$HOME/ray-site.tar.xz"
+    mkdir -p "$HOME/site/bin"
+    printf '#!/usr/bin/env python3\nimport sys\nfrom ray.scripts.scripts import main\nsys.exit(main())\n' \
+      > "$HOME/site/bin/ray"
+    chmod +x "$HOME/site/bin/ray"
+    PYTHONPATH=$HOME/site python3 -c 'import ray; print("[recv] ray", ray.__version__)'
+  fi
 }
 
 case "${1:-}" in

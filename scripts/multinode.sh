@@ -7,6 +7,13 @@
 #     node 2:  NODE_IP=10.0.0.2 HEAD_IP=10.0.0.1 scripts/multinode.sh ray-worker
 #     node 1:  scripts/multinode.sh ray-check 405b-2node # 2 live nodes, 16 GPUs, or exit 2
 #     node 1:  MODEL=... DATASET=... scripts/multinode.sh 405b-2node Offline
+#   Llama 2 70B over 2 nodes x 2 GPUs (TP 2 inside a node, PP 2 across the nodes, Ray), the same
+#   steps with GPUS_PER_NODE=2 and `ray-check 70b-2node`:
+#     node 1:  MODEL=... DATASET=... scripts/multinode.sh 70b-2node Offline
+#   Two "nodes" on one host (each raylet given its own GPUs): CUDA_VISIBLE_DEVICES=0,1 for
+#   ray-head, =2,3 for ray-worker, NODE_IP 127.0.0.1 and 127.0.0.2 (both on the host's loopback).
+#   OBJECT_STORE_BYTES caps each node's Ray object store (Ray's default takes 30% of the memory;
+#   vLLM's workers pass tensors over NCCL, not through it).
 #   Ray comes with the `ray` extra (pip install 'mlperf-vllm[ray]'; `make install` has it).
 #   `run` checks the cluster itself before its engine starts (RAY_ADDRESS, or the cluster
 #   started on this node) and never starts a Ray cluster of its own.
@@ -24,12 +31,13 @@
 set -euo pipefail
 source "$(dirname "$0")/_common.sh"
 [ "${1:-}" = --dry-run ] && { DRY_RUN=1; shift; }
-USAGE="usage: multinode.sh [--dry-run] RECIPE [SCENARIO] [run args...]; RECIPE: ray-head, ray-worker, ray-check [RECIPE], 405b-2node, 70b-2gpu, 70b-8gpu, 8b-dp2"
+USAGE="usage: multinode.sh [--dry-run] RECIPE [SCENARIO] [run args...]; RECIPE: ray-head, ray-worker, ray-check [RECIPE], 405b-2node, 70b-2node, 70b-2gpu, 70b-8gpu, 8b-dp2"
 what=${1:-}
 [ -n "$what" ] || { echo "$USAGE" >&2; exit 2; }
 shift
 RAY_PORT=${RAY_PORT:-6379}
 GPUS_PER_NODE=${GPUS_PER_NODE:-8}
+STORE=(); [ -n "${OBJECT_STORE_BYTES:-}" ] && STORE=(--object-store-memory "$OBJECT_STORE_BYTES")
 
 # NCCL/Gloo must use the interface that carries NODE_IP; Ray's dashboard stays on loopback.
 net_env() {
@@ -53,21 +61,27 @@ case "$what" in
   ray-head)
     net_env
     run_cmd ray start --head --node-ip-address "$NODE_IP" --port "$RAY_PORT" \
-      --num-gpus "$GPUS_PER_NODE" --dashboard-host 127.0.0.1 ;;
+      --num-gpus "$GPUS_PER_NODE" --dashboard-host 127.0.0.1 "${STORE[@]}" ;;
   ray-worker)
     net_env; need HEAD_IP "the head node's address"
     run_cmd ray start --address "$HEAD_IP:$RAY_PORT" --node-ip-address "$NODE_IP" \
-      --num-gpus "$GPUS_PER_NODE" ;;
+      --num-gpus "$GPUS_PER_NODE" "${STORE[@]}" ;;
   ray-check)  # the layout of a Ray recipe against the cluster's live nodes
     case "${1:-405b-2node}" in
       405b-2node) run_cmd "${MLPERF_VLLM[@]}" ray-check --tensor-parallel-size 8 \
         --pipeline-parallel-size 2 --nodes 2 ;;
-      *) echo "error: ray-check knows the Ray recipe 405b-2node; $USAGE" >&2; exit 2 ;;
+      70b-2node) run_cmd "${MLPERF_VLLM[@]}" ray-check --tensor-parallel-size 2 \
+        --pipeline-parallel-size 2 --nodes 2 ;;
+      *) echo "error: ray-check knows the Ray recipes 405b-2node and 70b-2node; $USAGE" >&2; exit 2 ;;
     esac ;;
   405b-2node)
     scenario=${1:-Offline}; shift || true
     run_bench llama3_1-405b "$scenario" --tensor-parallel-size 8 --pipeline-parallel-size 2 \
       --distributed-executor-backend ray "$@" ;;
+  70b-2node)
+    scenario=${1:-Offline}; shift || true
+    run_bench llama2-70b "$scenario" --tensor-parallel-size 2 --pipeline-parallel-size 2 \
+      --distributed-executor-backend ray --quantization fp8 --kv-cache-dtype fp8 "$@" ;;
   70b-2gpu)
     scenario=${1:-Offline}; shift || true
     run_bench llama2-70b "$scenario" --tensor-parallel-size 2 --quantization fp8 \

@@ -47,6 +47,7 @@ def parse_run(line: str) -> tuple[object, dict]:
     "recipe,bench,tp,pp,dp,engine",
     [
         ("405b-2node", "llama3_1-405b", 8, 2, None, {"distributed_executor_backend": "ray"}),
+        ("70b-2node", "llama2-70b", 2, 2, None, {"distributed_executor_backend": "ray"}),
         ("70b-2gpu", "llama2-70b", 2, None, None, {"quantization": "fp8", "kv_cache_dtype": "fp8"}),
         ("70b-8gpu", "llama2-70b", 2, None, 4, {"quantization": "fp8"}),
         ("8b-dp2", "llama3_1-8b", None, None, 2, {}),
@@ -79,6 +80,21 @@ def test_ray_check_asks_for_the_405b_recipes_layout():
     argv = shlex.split(line)
     args = build_parser().parse_args(argv[argv.index("ray-check") :])
     assert (args.tensor_parallel_size, args.pipeline_parallel_size, args.nodes) == (8, 2, 2)
+    (line,) = dry("multinode.sh", "ray-check", "70b-2node")
+    argv = shlex.split(line)
+    args = build_parser().parse_args(argv[argv.index("ray-check") :])
+    assert (args.tensor_parallel_size, args.pipeline_parallel_size, args.nodes) == (2, 2, 2)
+
+
+def test_ray_nodes_take_an_object_store_cap():
+    env = {**ENV, "OBJECT_STORE_BYTES": "2000000000", "GPUS_PER_NODE": "2"}
+    for what in ("ray-head", "ray-worker"):
+        proc = subprocess.run(
+            ["bash", str(SCRIPTS / "multinode.sh"), "--dry-run", what],
+            env=env, capture_output=True, text=True, timeout=30,
+        )
+        assert proc.returncode == 0, proc.stderr
+        assert "--object-store-memory 2000000000" in proc.stdout and "--num-gpus 2" in proc.stdout
 
 
 @pytest.mark.parametrize("script", ["run_offline.sh", "run_server.sh", "run_accuracy.sh"])
