@@ -75,8 +75,9 @@ def main(argv: list[str] | None = None) -> int:
 
     log = args.json.with_suffix(".log").open("w")
     t_start = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, stdout=log, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     doc: dict = {"cmd": cmd, "node_ip": args.node_ip, "after_s": args.after}
     try:
         while not loadgen_issuing(args.out):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 import sys
 import threading
 import time
@@ -21,6 +22,18 @@ N_SAMPLES = 24
 FAULT_AT = 3  # the call that fails
 TOKENS = 4
 STALL_S = 2.0
+
+
+# The engine hangs at FAULT_AT; in the -worker-died cases a process of the engine (here a child
+# started while the run holds the engine's output, as vLLM's processes are) logs what vLLM's
+# executor logs when a worker dies, and no stall limit is set: the line alone must end the test
+# (on GPUs, with pipeline parallel, vLLM's engine core sat 300 s in its step after that line).
+HANGS = ("offline-stall", "server-stall", "offline-worker-died", "server-worker-died")
+WORKER_DIED = (
+    "(EngineCore pid=16364) ERROR 11-28 01:40:35 [ray_executor_v2.py:514] "
+    "RayWorkerProc rank=[2] died unexpectedly, shutting down executor."
+)
+DIED_AFTER_S = 1.5
 
 
 class Fault(RuntimeError):
@@ -56,7 +69,7 @@ class FakeEngine:
         self.steps += 1
         if self.case == "offline-step" and self.steps == FAULT_AT:
             raise Fault("engine step failed")
-        if self.case == "offline-stall" and self.steps == FAULT_AT:
+        if self.case in HANGS and self.steps == FAULT_AT:
             threading.Event().wait()  # a collective that never returns
         time.sleep(0.01)
         done, self.waiting = self.waiting[:5], self.waiting[5:]
@@ -80,7 +93,7 @@ class FakeAsyncEngine:
         ids = list(prompt["prompt_token_ids"])
         for k in range(TOKENS):
             await asyncio.sleep(0.005)
-            if self.case == "server-stall" and call >= FAULT_AT and k == 1:
+            if self.case in HANGS and call >= FAULT_AT and k == 1:
                 await asyncio.Event().wait()  # an engine that stopped producing
             yield _output(request_id, [1 + (ids[0] + k) % 50], k == TOKENS - 1)
 
@@ -116,6 +129,7 @@ def _settings(lg, streaming: bool):
 def main(case: str, out: Path) -> None:
     import mlperf_loadgen as lg
 
+    from harness.run.engine_log import EngineStartLog
     from harness.run.runner import EngineFailure, run_loadgen_test
     from harness.run.settings import build_log_settings
     from sut import responses
@@ -137,6 +151,18 @@ def main(case: str, out: Path) -> None:
 
         sut = OfflineSUT(SimpleNamespace(llm_engine=FakeEngine(case)), prompts, None)
     qsl = TokenQSL(prompts)
+    died = case.endswith("-worker-died")
+    start_log, logger = None, None
+    if died:
+        start_log = EngineStartLog.begin()
+        logger = subprocess.Popen(  # inherits the held stdout, as the engine's processes do
+            [
+                sys.executable,
+                "-c",
+                f"import time; time.sleep({DIED_AFTER_S}); print({WORKER_DIED!r})",
+            ]
+        )
+        start_log.started(out / "engine.log")
     t0 = time.monotonic()
     raised = None
     try:
@@ -148,11 +174,15 @@ def main(case: str, out: Path) -> None:
             build_log_settings(out),
             out / "no-audit.config",
             "accuracy",
-            STALL_S,
+            None if died else STALL_S,
+            fatal=start_log.fatal if start_log else None,
         )
     except EngineFailure as exc:
         raised = str(exc)
     elapsed = time.monotonic() - t0
+    if logger is not None and start_log is not None:
+        logger.wait(10)
+        start_log.close()
     sut.stop(10.0)  # type: ignore[attr-defined]
     qsl.destroy()
     report = {

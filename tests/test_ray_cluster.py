@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from harness.proc.orphans import OWNERS_ENV
-from harness.run.engine_log import first_error
+from harness.run.engine_log import FatalWatch, first_error, root_cause
 from harness.run.ray_cluster import ClusterView, RayLayout, job_config_env, layout_of, shortfall
 from harness.tracking.params import cluster_params
 
@@ -87,3 +89,52 @@ def test_the_first_error_vllm_logged_is_the_reason_not_its_traceback():
     )
     assert first_error(text) == "RayWorkerProc rank=[1] died unexpectedly, shutting down executor."
     assert first_error(text.splitlines()[0] + "\n" + text.splitlines()[3]) is None
+
+
+# what vLLM 0.26 printed on four H100s when a pipeline-parallel step ran out of memory
+# (bench/results/h100-x4-ray-pp/first-try-oom): the cause sits inside a "see above" wrapper
+OOM = (
+    "(EngineCore pid=6201) ERROR 11-28 01:29:57 [core.py:1332] EngineCore encountered a fatal error.\n"
+    "(EngineCore pid=6201) ERROR 11-28 01:29:57 [core.py:1332] Traceback (most recent call last):\n"
+    '(EngineCore pid=6201) ERROR 11-28 01:29:57 [core.py:1332]   File "/x/multiproc_executor.py", '
+    "line 394, in get_response\n"
+    "(EngineCore pid=6201) ERROR 11-28 01:29:57 [core.py:1332] RuntimeError: Worker failed with "
+    "error 'CUDA out of memory. Tried to allocate 896.00 MiB. GPU 0 has a total capacity of "
+    "79.18 GiB of which 888.12 MiB is free.', please check the stack trace above for the root cause\n"
+)
+
+
+def test_the_cause_a_wrapper_quotes_is_the_reason():
+    assert first_error(OOM) == (
+        "CUDA out of memory. Tried to allocate 896.00 MiB. GPU 0 has a total capacity of "
+        "79.18 GiB of which 888.12 MiB is free."
+    )
+    assert root_cause(OOM).startswith("CUDA out of memory. Tried to allocate 896.00 MiB")
+    # a wrapper that quotes nothing is still no reason
+    assert (
+        root_cause("RuntimeError: Engine core initialization failed. See root cause above.") is None
+    )
+
+
+@pytest.mark.parametrize("cut", [0, 10, 40, 75, 120])
+def test_a_workers_death_is_seen_in_the_engines_output_however_it_is_cut(cut):
+    line = (
+        "(EngineCore pid=16364) ERROR 11-28 01:40:35 [ray_executor_v2.py:514] "
+        "RayWorkerProc rank=[2] died unexpectedly, shutting down executor.\n"
+    )
+    text = "(EngineCore pid=1) INFO 11-28 01:40:02 [core.py:1] step\n" + line + "more\n"
+    watch = FatalWatch()
+    watch.feed(text[:cut])
+    watch.feed(text[cut:])
+    assert watch.line == "RayWorkerProc rank=[2] died unexpectedly, shutting down executor."
+    mp = FatalWatch()
+    mp.feed(
+        "(EngineCore pid=9) ERROR 11-28 02:00:00 [multiproc_executor.py:300] "
+        "Worker proc VllmWorker-1 died unexpectedly, shutting down executor.\n"
+    )
+    assert mp.line == "Worker proc VllmWorker-1 died unexpectedly, shutting down executor."
+    # a line that only mentions it (a warning, a test's own text), or half a line, is nothing
+    quiet = FatalWatch()
+    quiet.feed("WARNING 11-28 [x.py:1] a worker died unexpectedly, shutting down executor.\n")
+    quiet.feed(line[:-1])
+    assert quiet.line is None

@@ -91,7 +91,10 @@ def test_ray_nodes_take_an_object_store_cap():
     for what in ("ray-head", "ray-worker"):
         proc = subprocess.run(
             ["bash", str(SCRIPTS / "multinode.sh"), "--dry-run", what],
-            env=env, capture_output=True, text=True, timeout=30,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=30,
         )
         assert proc.returncode == 0, proc.stderr
         assert "--object-store-memory 2000000000" in proc.stdout and "--num-gpus 2" in proc.stdout

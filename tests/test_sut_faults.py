@@ -5,7 +5,9 @@ issued sample answered exactly once and the SUT's `error` naming the fault.
 - an exception in `add_request` (Offline) and in `generate` (streaming),
 - an exception in an engine step (Offline),
 - an exception inside completion reporting (both) and first-token reporting (streaming),
-- a step / stream that never returns: the stall watchdog fails the test.
+- a step / stream that never returns: the stall watchdog fails the test;
+- the same with no stall limit, and a process of the engine logging that a worker died (vLLM's
+  executor's line): the test ends on that line, not on the engine core's minutes-long timeout.
 
 Time budget: 30 s: eight LoadGen tests, no engine start.
 """
@@ -35,6 +37,8 @@ CASES = {
     "server-report": "complete_samples failed",
     "server-first-token": "complete_first_tokens failed",
     "server-stall": "StallError",
+    "offline-worker-died": "RayWorkerProc rank=[2] died unexpectedly",
+    "server-worker-died": "RayWorkerProc rank=[2] died unexpectedly",
 }
 
 
@@ -68,5 +72,9 @@ def test_fault_ends_the_test_with_every_sample_answered_once(case, tmp_path):
     assert len(empty) >= 1
     if case.endswith("stall"):
         assert STALL_S <= report["elapsed_s"] < STALL_S + 5, report
+    elif case.endswith("worker-died"):
+        assert 1.5 <= report["elapsed_s"] < 1.5 + 5, report  # tests/fault_sut.py DIED_AFTER_S
+        assert "a worker of the engine died" in report["error"], report
+        assert "died unexpectedly" in (tmp_path / "engine.log").read_text()
     else:
         assert report["elapsed_s"] < 10, report

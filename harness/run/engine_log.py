@@ -59,6 +59,18 @@ def is_wrapper(line: str) -> bool:
     return any(w in line.lower() for w in _WRAPPERS)
 
 
+# vLLM's executors wrap a worker's exception in a "see above" wrapper that quotes it:
+# "RuntimeError: Worker failed with error 'CUDA out of memory. ...', please check the stack
+# trace above for the root cause" -- the quoted part is the cause
+_QUOTED = re.compile(r"failed with error '(.+)'(?:,[^']*)?$")
+
+
+def quoted_cause(line: str) -> str | None:
+    """The cause a wrapper line quotes (`Worker failed with error '...'`), if it quotes one."""
+    m = _QUOTED.search(line.strip())
+    return " ".join(m.group(1).split()) if m else None
+
+
 # "(EngineCore pid=7) ERROR 11-25 20:22:12 [ray_executor_v2.py:522] RayWorkerProc rank=[1] died"
 _ERROR_LOG = re.compile(r"^\([^)]*pid=\d+\)\s+ERROR\s+\d\d-\d\d [\d:]+\s+\[[^\]]*\]\s(.*)$")
 # vLLM's ERROR lines that are no reason: a traceback's lines, its input dump, the wrappers
@@ -76,8 +88,12 @@ def first_error(text: str, limit: int = 300) -> str | None:
         msg = m.group(1)
         if not msg.strip() or msg[0].isspace() or msg.lstrip().startswith(("^", "~")):
             continue
-        if msg.startswith(_NOT_A_REASON) or is_wrapper(msg):
+        if msg.startswith(_NOT_A_REASON):
             continue
+        if is_wrapper(msg):
+            msg = quoted_cause(msg) or ""
+            if not msg:
+                continue
         msg = " ".join(msg.split())
         return msg if len(msg) <= limit else msg[: limit - 3] + "..."
     return None
@@ -93,8 +109,40 @@ def root_cause(text: str, limit: int = 400) -> str | None:
 
 
 def first_cause(lines: list[str]) -> str | None:
-    """The first of `exception_lines` that is not a wrapper."""
-    return next((line for line in lines if not is_wrapper(line)), None)
+    """The first of `exception_lines` that is not a wrapper, or the cause a wrapper quotes."""
+    for line in lines:
+        if not is_wrapper(line):
+            return line
+        quoted = quoted_cause(line)
+        if quoted:
+            return quoted
+    return None
+
+
+# What vLLM's executors log when a worker process (or a Ray worker actor, with its node) is
+# gone, from their monitor thread: "RayWorkerProc rank=[2] died unexpectedly, shutting down
+# executor." (Ray), "Worker proc VllmWorker-1 died unexpectedly, shutting down executor."
+# (multiprocessing). The engine core may not hear of it for minutes: with pipeline parallel on
+# GPUs it waited 300 s in its step's RPC (VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS) before it died.
+FATAL = re.compile(r"ERROR[^\n]*?\]\s+([^\n]*died unexpectedly, shutting down executor\.?)")
+
+
+class FatalWatch:
+    """The first line of FATAL in a stream read in chunks (lines may be split across them)."""
+
+    def __init__(self) -> None:
+        self.line: str | None = None
+        self._carry = ""
+
+    def feed(self, chunk: str) -> None:
+        if self.line is not None:
+            return
+        text = self._carry + chunk
+        cut = text.rfind("\n")
+        self._carry = text[cut + 1 :][-4096:]
+        m = FATAL.search(text[: cut + 1]) if cut >= 0 else None
+        if m:
+            self.line = " ".join(m.group(1).split())
 
 
 def _flush() -> None:
@@ -114,6 +162,7 @@ class _Held:
         self.tail_size = 0
         self.state = "hold"  # then "pass" (started) or "drop" (failed)
         self.sink = -1  # once passing: a log file's descriptor instead of the real stream
+        self.watch = FatalWatch()  # once passing: a worker's death, as vLLM logs it
         self.lock = threading.Lock()
         self.thread: threading.Thread | None = None
         try:
@@ -147,6 +196,7 @@ class _Held:
             if state == "pass":
                 with contextlib.suppress(OSError):
                     os.write(self.sink if self.sink >= 0 else self.real, chunk)
+                self.watch.feed(chunk.decode("utf-8", "replace"))
                 with self.lock:
                     self.tail.append(chunk)
                     self.tail_size += len(chunk)
@@ -221,6 +271,11 @@ class EngineStartLog:
         for h in self.held:
             h.sink = self.sink
             h.end("pass")
+
+    def fatal(self) -> str | None:
+        """What vLLM's executor logged when one of its workers died mid-run (FATAL), once it
+        did: the run's watchdog ends the test on it instead of waiting for the engine core."""
+        return next((h.watch.line for h in self.held if h.watch.line), None)
 
     def recent(self) -> str:
         """The engine's processes' latest output since the start (up to TAIL bytes each of

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,10 +33,13 @@ def run_loadgen_test(
     audit: Path,
     mode: str,
     stall_timeout_s: float | None = None,
+    fatal: Callable[[], str | None] | None = None,
 ) -> None:
     """StartTest on a worker thread, so this (main) thread keeps taking Ctrl-C, notices a
     dead engine and watches for a stalled one (`sut.check`: no token for
-    `stall_timeout_s` while samples are in flight fails the SUT, which answers them).
+    `stall_timeout_s` while samples are in flight fails the SUT, which answers them), and
+    `fatal()`, what vLLM's executor logged when a worker died (the engine core may wait minutes
+    before it fails: the SUT is failed on the line itself).
     LoadGen has no way to cut a test short: a Server test lasts its scheduled duration
     whatever the SUT does. So on Ctrl-C, or when the engine failed and LoadGen does not end
     within a grace period, the test is abandoned: the caller stops the engine and the process
@@ -57,6 +61,10 @@ def run_loadgen_test(
     failed_at: float | None = None
     while not done.wait(0.2):
         if sut.error is None:
+            said = fatal() if fatal is not None else None
+            if said:
+                sut.fail(EngineFailure(f"a worker of the engine died: {said}"))
+                continue
             sut.check(stall_timeout_s)
             continue
         failed_at = failed_at or time.monotonic()

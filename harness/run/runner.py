@@ -572,7 +572,17 @@ def _run_tests(
             profiling = req.profile is not None and mode == "performance"
             if profiling:
                 sut.profile(True)
-            run_loadgen_test(lg, sut, qsl, settings, log_settings, audit, mode, req.stall_timeout_s)
+            run_loadgen_test(
+                lg,
+                sut,
+                qsl,
+                settings,
+                log_settings,
+                audit,
+                mode,
+                req.stall_timeout_s,
+                fatal=start_log.fatal,
+            )
             sut.end_progress()
             if profiling and sut.error is None:
                 sut.profile(False)  # returns once every rank wrote its trace
@@ -599,13 +609,17 @@ def _run_tests(
             result.write(result_path)
         if req.test06:
             mode = "TEST06"
-            _run_test06(lg, sut, qsl, settings, out, req, prep, result, check_test06)
+            _run_test06(
+                lg, sut, qsl, settings, out, req, prep, result, check_test06, start_log.fatal
+            )
             keep_stats(mode)
             result.write(result_path)
     except BaseException as exc:
         result.status = ending_status(exc)
         result.error = f"{type(exc).__name__}: {exc}"
         said = first_error(start_log.recent()) if isinstance(exc, EngineFailure) else None
+        if said and said in str(exc):
+            said = None  # the watchdog's own reason already (a worker's death, as vLLM logged it)
         # the engine died mid-run: its front end only heard "EngineDeadError"
         why = f" (vLLM logged first: {said})" if said else ""
         result.error += why
@@ -641,6 +655,7 @@ def _run_test06(
     prep: PreparedRun,
     result: RunResult,
     check_test06: Test06Check | None,
+    fatal: Callable[[], str | None] | None = None,
 ) -> None:
     """Compliance TEST06 on the running engine: a performance-mode test under the shipped
     TEST06 audit.config (LoadGen applies it to this test only), logs in OUTPUT/TEST06/performance,
@@ -653,7 +668,15 @@ def _run_test06(
     sut.reset_stats()
     sut.begin_progress("TEST06")
     run_loadgen_test(
-        lg, sut, qsl, settings, build_log_settings(log_dir), audit, "TEST06", req.stall_timeout_s
+        lg,
+        sut,
+        qsl,
+        settings,
+        build_log_settings(log_dir),
+        audit,
+        "TEST06",
+        req.stall_timeout_s,
+        fatal=fatal,
     )
     sut.end_progress()
     if sut.error is not None:
