@@ -504,10 +504,15 @@ PY
     #            FAULT_AFTER s (default 30) into LoadGen's issuing (bench/ray_fault.py)
     #   down     ray stop
     #   mp-off, mp-cal  the same two on MP_LAYOUT (GPUs 0-3, no Ray)
+    # STACK defaults to --gpu-memory-utilization 0.85 for both layouts: at vLLM's 0.9 the PP
+    # stage's first 16,384-token step ran out of memory on 80 GB cards (bench/RESULTS.md).
+    # The raylets run in the directory they were started from: a second `detach` (which
+    # replaces $HOME/gpu-job/repo) needs `up` again, or every Ray worker dies at its start.
     # CPU dry runs: RAY_LAYOUT="--tensor-parallel-size 2", GPUS_PER_NODE=1, the tests' Ray
     # platform plugin on PYTHONPATH (tests/test_ray_e2e.py), RAY_CHECK=layout (ray-check of
     # RAY_LAYOUT instead of the 70b-2node recipe)
     shift; base=$OUT; head=${HEAD_NODE:-127.0.0.1}; second=${SECOND_NODE:-127.0.0.2}
+    export STACK=${STACK---gpu-memory-utilization 0.85}; read -r -a STACK_ARGS <<< "$STACK"
     [ -d "$HOME/site/bin" ] && export PATH=$HOME/site/bin:$PATH  # bench/stage_pieces.sh's `ray`
     export RAY_USAGE_STATS_ENABLED=0
     read -r -a ray_layout <<< "${RAY_LAYOUT:---tensor-parallel-size 2 --pipeline-parallel-size 2}"

@@ -12,6 +12,8 @@
 #     node 1:  MODEL=... DATASET=... scripts/multinode.sh 70b-2node Offline
 #   Two "nodes" on one host (each raylet given its own GPUs): CUDA_VISIBLE_DEVICES=0,1 for
 #   ray-head, =2,3 for ray-worker, NODE_IP 127.0.0.1 and 127.0.0.2 (both on the host's loopback).
+#   Start ray-head / ray-worker from a directory that outlives the runs (the raylets start their
+#   workers in it). With PP on 80 GB cards pass --gpu-memory-utilization 0.85 (0.9 ran out).
 #   OBJECT_STORE_BYTES caps each node's Ray object store (Ray's default takes 30% of the memory;
 #   vLLM's workers pass tensors over NCCL, not through it).
 #   Ray comes with the `ray` extra (pip install 'mlperf-vllm[ray]'; `make install` has it).

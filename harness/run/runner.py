@@ -625,7 +625,9 @@ def _run_tests(
         result.error += why
         keep_stats(mode)
         result.write(result_path)
-        if isinstance(exc, KeyboardInterrupt):
+        if isinstance(exc, (KeyboardInterrupt, EngineFailure)):
+            # a dead engine has nothing to drain: stop it as after Ctrl-C (its core may sit
+            # minutes in a step whose worker is gone)
             stop_timeout_s = INTERRUPT_STOP_TIMEOUT_S
         if why:
             raise EngineFailure(f"{exc}{why}") from exc
