@@ -138,3 +138,14 @@ def test_a_workers_death_is_seen_in_the_engines_output_however_it_is_cut(cut):
     quiet.feed("WARNING 11-28 [x.py:1] a worker died unexpectedly, shutting down executor.\n")
     quiet.feed(line[:-1])
     assert quiet.line is None
+
+
+def test_a_local_model_folder_reaches_vllm_as_an_absolute_path(tmp_path, monkeypatch):
+    """Ray's workers open the model in the raylet's directory, not the command's."""
+    from harness.run.runner import local_path_arg
+
+    (tmp_path / "m").mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert local_path_arg("m") == str(tmp_path / "m")
+    assert local_path_arg("./m/") == str(tmp_path / "m")
+    assert local_path_arg("meta-llama/Llama-2-70b-chat-hf") == "meta-llama/Llama-2-70b-chat-hf"

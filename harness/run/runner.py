@@ -220,7 +220,10 @@ def prepare(req: RunRequest) -> PreparedRun:
         if "performance" not in req.modes():
             raise UsageError("--profile records the performance test: add --mode performance")
         overrides["profiler_config"] = profiler_config(window, req.output)
-    engine_config = make_engine_config(str(req.model), overrides)
+    for key in ("tokenizer",):  # local folders, as the model's (below)
+        if isinstance(overrides.get(key), str):
+            overrides[key] = local_path_arg(overrides[key])
+    engine_config = make_engine_config(local_path_arg(str(req.model)), overrides)
     load_format = str(engine_config.kwargs.get("load_format", "auto"))
     check_model_weights(req.model, load_format)
     max_tokens = req.max_tokens or bench.sampling.max_tokens
@@ -463,6 +466,14 @@ def still_going(
         yield
     finally:
         done.set()
+
+
+def local_path_arg(value: str) -> str:
+    """A model or tokenizer argument for vLLM: a local folder as an absolute path, anything else
+    (a hub name) as given. vLLM's workers open the folder themselves, each in its own working
+    directory: under Ray that is the raylet's, not this command's."""
+    path = Path(value).expanduser()
+    return str(path.resolve()) if path.exists() else value
 
 
 def ending_status(exc: BaseException) -> str:
