@@ -133,6 +133,15 @@ def test_a_workers_death_is_seen_in_the_engines_output_however_it_is_cut(cut):
         "Worker proc VllmWorker-1 died unexpectedly, shutting down executor.\n"
     )
     assert mp.line == "Worker proc VllmWorker-1 died unexpectedly, shutting down executor."
+    # or a worker that saw its peer go first (Gloo, under vLLM's and Ray's prefixes)
+    gloo = FatalWatch()
+    gloo.feed(
+        "(EngineCore pid=1) \x1b[36m(RayWorkerProc pid=2)\x1b[0m (Worker_PP0_TP0 pid=2) ERROR "
+        "11-28 01:40:34 [multiproc_executor.py:1007] RuntimeError: [/pytorch/third_party/gloo/"
+        "gloo/transport/tcp/pair.cc:547] Connection closed by peer [127.0.0.1]:932\n"
+    )
+    assert gloo.line is not None and gloo.line.startswith("RuntimeError: [")
+    assert gloo.line.endswith("Connection closed by peer [127.0.0.1]:932")
     # a line that only mentions it (a warning, a test's own text), or half a line, is nothing
     quiet = FatalWatch()
     quiet.feed("WARNING 11-28 [x.py:1] a worker died unexpectedly, shutting down executor.\n")

@@ -482,9 +482,13 @@ def test_a_node_that_dies_mid_run_ends_the_run_within_seconds(
     assert proc.returncode == 1, stdout[-2000:] + stderr[-3000:]
     assert took < 30, took
     line = [ln for ln in stderr.splitlines() if ln.startswith("error: ")]
-    assert len(line) == 1 and "died unexpectedly" in line[0], stderr[-3000:]
+    # whichever part of vLLM notices first names the loss: the executor (a worker died) or a
+    # worker whose Gloo peer closed its connection; never a bare EngineDeadError
+    lost = ("died unexpectedly", "Connection closed by peer")
+    assert len(line) == 1 and any(w in line[0] for w in lost), stderr[-3000:]
     result = json.loads((out / "result.json").read_text())
-    assert result["status"] == "failed" and "died unexpectedly" in result["error"], result["error"]
+    assert result["status"] == "failed", result
+    assert any(w in result["error"] for w in lost), result["error"]
     stats = result["sut_stats"]
     assert stats["completed"] == stats["issued"] > 0, stats  # every sample answered
     wait_for(lambda: not _carrying(token), 30, "every process of the run to end")

@@ -74,7 +74,7 @@ def test_fault_ends_the_test_with_every_sample_answered_once(case, tmp_path):
         assert STALL_S <= report["elapsed_s"] < STALL_S + 5, report
     elif case.endswith("worker-died"):
         assert 1.5 <= report["elapsed_s"] < 1.5 + 5, report  # tests/fault_sut.py DIED_AFTER_S
-        assert "a worker of the engine died" in report["error"], report
+        assert "the engine lost a worker" in report["error"], report
         assert "died unexpectedly" in (tmp_path / "engine.log").read_text()
     else:
         assert report["elapsed_s"] < 10, report

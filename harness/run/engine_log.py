@@ -124,7 +124,12 @@ def first_cause(lines: list[str]) -> str | None:
 # executor." (Ray), "Worker proc VllmWorker-1 died unexpectedly, shutting down executor."
 # (multiprocessing). The engine core may not hear of it for minutes: with pipeline parallel on
 # GPUs it waited 300 s in its step's RPC (VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS) before it died.
-FATAL = re.compile(r"ERROR[^\n]*?\]\s+([^\n]*died unexpectedly, shutting down executor\.?)")
+# A worker may notice first that a peer is gone: Gloo's "Connection closed by peer [ip]:port"
+# in the exception a worker logs (seen first on a Ray node's loss, before the executor's line).
+FATAL = re.compile(
+    r"ERROR[^\n]*?\]\s+([^\n]*died unexpectedly, shutting down executor\.?)"
+    r"|ERROR[^\n]*?\]\s+(\w*Error: [^\n]*Connection closed by peer[^\n]*)"
+)
 
 
 class FatalWatch:
@@ -142,7 +147,7 @@ class FatalWatch:
         self._carry = text[cut + 1 :][-4096:]
         m = FATAL.search(text[: cut + 1]) if cut >= 0 else None
         if m:
-            self.line = " ".join(m.group(1).split())
+            self.line = " ".join((m.group(1) or m.group(2)).split())
 
 
 def _flush() -> None:

@@ -63,7 +63,7 @@ def run_loadgen_test(
         if sut.error is None:
             said = fatal() if fatal is not None else None
             if said:
-                sut.fail(EngineFailure(f"a worker of the engine died: {said}"))
+                sut.fail(EngineFailure(f"the engine lost a worker: {said}"))
                 continue
             sut.check(stall_timeout_s)
             continue

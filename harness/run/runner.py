@@ -53,6 +53,7 @@ from harness.run.engine_log import (
 from harness.run.environment import RUN_VERSION_DISTS, engine_env_vars, installed_versions
 from harness.run.loadgen_test import EngineFailure, loadgen_still_running, run_loadgen_test
 from harness.run.logs import ACCURACY_LOG, DETAIL_LOG, parse_detail_log, performance_result
+from harness.run.preflight_model import check_local_devices, check_model_tokenizer
 from harness.run.profile import (
     PROFILE_DIR,
     brief,
@@ -226,6 +227,8 @@ def prepare(req: RunRequest) -> PreparedRun:
     engine_config = make_engine_config(local_path_arg(str(req.model)), overrides)
     load_format = str(engine_config.kwargs.get("load_format", "auto"))
     check_model_weights(req.model, load_format)
+    check_model_tokenizer(req.model, engine_config.kwargs)
+    check_local_devices(engine_config.kwargs)
     max_tokens = req.max_tokens or bench.sampling.max_tokens
     if req.model.is_dir():
         vocab, ctx = model_vocab_and_context(req.model)
@@ -628,7 +631,9 @@ def _run_tests(
     except BaseException as exc:
         result.status = ending_status(exc)
         result.error = f"{type(exc).__name__}: {exc}"
-        said = first_error(start_log.recent()) if isinstance(exc, EngineFailure) else None
+        said = None
+        if isinstance(exc, EngineFailure):  # a lost worker or peer first, else vLLM's first ERROR
+            said = start_log.fatal() or first_error(start_log.recent())
         if said and said in str(exc):
             said = None  # the watchdog's own reason already (a worker's death, as vLLM logged it)
         # the engine died mid-run: its front end only heard "EngineDeadError"
