@@ -10,7 +10,9 @@ if [ $# -lt 1 ]; then
   echo "usage: $0 PLAN [--repeats N] [--accuracy] [--output DIR] [--resume]$keep_all" >&2
   exit 2
 fi
+# A plan's `dataset ${DATASET}` that is a pickle loads only with --allow-pickle (as multinode.sh)
+pickle=(); case "${DATASET:-}" in *.pkl|*.pickle) pickle=(--allow-pickle) ;; esac
 if command -v mlperf-vllm >/dev/null 2>&1; then
-  exec mlperf-vllm sweep --kind "$KIND" "$@"
+  exec mlperf-vllm sweep --kind "$KIND" ${pickle[@]+"${pickle[@]}"} "$@"
 fi
-exec "${PYTHON:-python3}" -m harness.cli sweep --kind "$KIND" "$@"
+exec "${PYTHON:-python3}" -m harness.cli sweep --kind "$KIND" ${pickle[@]+"${pickle[@]}"} "$@"

@@ -224,3 +224,28 @@ def test_both_sweep_entry_names_work(script):
     )
     assert proc.returncode == 2 and proc.stderr.startswith(f"usage: {SCRIPTS / script} PLAN")
     assert ("[--keep-all]" in proc.stderr) == (script == "stacked_sweep.sh")
+
+
+@pytest.mark.parametrize(
+    "dataset, pickle", [("/data/d.pkl", True), ("/data/d.pickle", True), ("/data/d.json", False)]
+)
+def test_sweep_scripts_pass_allow_pickle_for_a_pickled_dataset(tmp_path, dataset, pickle):
+    """The sweep scripts exec `mlperf-vllm sweep` (no --dry-run): a stand-in CLI on PATH
+    prints the command line it was given, which parses with our CLI."""
+    stub = tmp_path / "mlperf-vllm"
+    stub.write_text('#!/usr/bin/env bash\nprintf "%q " mlperf-vllm "$@"\n')
+    stub.chmod(0o755)
+    env = {**ENV, "DATASET": dataset, "PATH": f"{tmp_path}{os.pathsep}{os.environ['PATH']}"}
+    for script, kind in (("isolation_sweep.sh", "isolation"), ("stacked_sweep.sh", "stacked")):
+        proc = subprocess.run(
+            [str(SCRIPTS / script), "plan.txt", "--repeats", "1"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert proc.returncode == 0, proc.stderr
+        argv = shlex.split(proc.stdout)
+        args = build_parser().parse_args(argv[argv.index("sweep") :])
+        assert (args.kind, str(args.plan), args.repeats) == (kind, "plan.txt", 1)
+        assert args.allow_pickle is pickle, script

@@ -751,3 +751,63 @@ def test_a_capacity_figure_fits_the_plan_before_anything_runs(tmp_path, scenario
     with pytest.raises(UsageError, match=match):
         run_sweep(path, opts, TrackingConfig(uri="", enabled=False), runner=FakeRunner({}))
     assert not out.exists()  # refused before the sweep folder or any engine
+
+
+def _pickle_plan(tmp_path: Path) -> Path:
+    """A plan whose dataset is a pickle (it only has to exist: nothing loads it here)."""
+    path = _plan(tmp_path, "knob a --engine-arg max_num_seqs=8\n")
+    (tmp_path / "data.pkl").write_bytes(b"")
+    path.write_text(path.read_text().replace("data.json", "data.pkl"))
+    return path
+
+
+def test_allow_pickle_reaches_every_child_run(tmp_path):
+    import argparse
+
+    from harness.cli import build_parser
+    from harness.cli.sweep import sweep_options
+    from harness.sweep.repeat import child_run
+
+    path = _pickle_plan(tmp_path)
+    p = argparse.ArgumentParser()
+    add_sweep_arguments(p)
+    assert sweep_options(p.parse_args([str(path), "--allow-pickle"])).allow_pickle
+    assert not sweep_options(p.parse_args([str(path)])).allow_pickle
+    plan = parse_plan(path)
+    spec = make_config(plan, 1, "a", plan.knobs)
+    for figure in ("tokens", "capacity"):  # a `run` child, or a `calibrate` one
+        opts = SweepOptions(output=tmp_path / "out", repeats=1, figure=figure, allow_pickle=True)
+        runner = Sweep(plan, opts).runner  # the real per-repeat runner: a child process
+        assert runner.keywords["allow_pickle"] is True, figure
+        kw = {k: v for k, v in runner.keywords.items() if k != "calibrate_args"}
+        cmd = child_run(plan, spec, tmp_path, "performance", **kw).argv()
+        args, _ = build_parser().parse_known_args(cmd[cmd.index("run") :])
+        assert args.allow_pickle and args.dataset == plan.dataset
+    plain = Sweep(plan, SweepOptions(output=tmp_path / "out", repeats=1)).runner
+    assert "--allow-pickle" not in child_run(plan, spec, tmp_path, "both", **plain.keywords).argv()
+
+
+def test_a_pickle_dataset_without_allow_pickle_is_refused_before_any_run(tmp_path):
+    from harness.errors import UsageError
+    from harness.sweep.execute import run_sweep
+    from harness.tracking import TrackingConfig
+    from tests.conftest import cli
+
+    path = _pickle_plan(tmp_path)
+    out = tmp_path / "out"
+    runner = FakeRunner({(): 100.0, ("a",): 100.0})
+    with pytest.raises(UsageError, match="add --allow-pickle to the sweep"):
+        run_sweep(
+            path, SweepOptions(output=out, repeats=1), TrackingConfig(uri="", enabled=False), runner
+        )
+    assert runner.calls == [] and not out.exists()
+    proc = cli("sweep", str(path), "--output", str(out), "--no-mlflow", timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    # (vLLM's import may print notes of its own on stderr)
+    (line,) = [x for x in proc.stderr.splitlines() if x.startswith("error: ")]
+    assert "is a pickle" in line and "add --allow-pickle" in line
+    assert not list(out.glob("*/rep*"))  # no child run started
+    # with the flag the same plan runs, and every repeat's run is given it
+    opts = SweepOptions(output=out, repeats=1, allow_pickle=True)
+    run_sweep(path, opts, TrackingConfig(uri="", enabled=False), runner)
+    assert runner.calls == ["baseline", "a"]

@@ -90,6 +90,12 @@ def add_sweep_arguments(p: Any) -> None:
         help="capacity: samples of the Offline test that caps each search (calibrate's)",
     )
     p.add_argument(
+        "--allow-pickle",
+        action="store_true",
+        help="allow loading .pkl datasets (unpickling runs code from the file); passed to "
+        "every run of the sweep",
+    )
+    p.add_argument(
         "--stall-timeout",
         type=float,
         metavar="S",

@@ -44,6 +44,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from harness.datasets import PICKLE_SUFFIXES
 from harness.errors import UsageError
 from harness.run.child import RUN_LOG
 from harness.run.cost import usd_per_million_tokens
@@ -94,6 +95,7 @@ class SweepOptions:
     # "auto": capacity for a Server or Interactive plan, else tokens
     figure: str = "auto"
     calibrate_args: tuple[str, ...] = ()
+    allow_pickle: bool = False  # passed to every run: a pickled dataset loads only with it
 
 
 def resolve_figure(plan: Plan, options: SweepOptions) -> SweepOptions:
@@ -130,12 +132,14 @@ class Sweep:
                 calibrate_args=options.calibrate_args,
                 price_per_hour=options.price_per_hour,
                 stall_timeout_s=options.stall_timeout_s,
+                allow_pickle=options.allow_pickle,
             )
         elif runner is None:  # each repeat a child run, with the options every run takes
             runner = functools.partial(
                 run_repeat,
                 price_per_hour=options.price_per_hour,
                 stall_timeout_s=options.stall_timeout_s,
+                allow_pickle=options.allow_pickle,
             )
         self.runner = runner
         self.rows: list[ConfigRow] = []
@@ -506,6 +510,12 @@ def run_sweep(
     if options.figure not in ("auto", *FIGURES):
         raise UsageError(f"unknown --figure {options.figure!r}: choose one of {', '.join(FIGURES)}")
     plan = parse_plan(plan_path)
+    if plan.dataset.suffix.lower() in PICKLE_SUFFIXES and not options.allow_pickle:
+        raise UsageError(
+            f"the plan's dataset {plan.dataset} is a pickle, and loading a pickle runs code "
+            "from the file: add --allow-pickle to the sweep if you trust it (every run gets "
+            "it), or point the plan at a Parquet copy"
+        )
     options = resolve_figure(plan, options)
     if options.figure == "capacity" and plan.scenario not in ("Server", "Interactive"):
         raise UsageError(

@@ -84,9 +84,11 @@ def child_run(
     *,
     price_per_hour: float | None = None,
     stall_timeout_s: float | None = None,
+    allow_pickle: bool = False,
 ) -> ChildRun:
     """The `mlperf-vllm run` of one repeat of a config: the plan's settings, the config's
-    engine arguments, SUT options and environment."""
+    engine arguments, SUT options and environment (and `--allow-pickle` when the sweep got
+    it: a pickled dataset loads only with it)."""
     env = dict(spec.env)
     sut = dict(spec.sut)
     return ChildRun(
@@ -107,6 +109,7 @@ def child_run(
         warmup_samples=int(sut["warmup_samples"]) if "warmup_samples" in sut else None,
         dp_routing=sut.get("dp_routing"),
         engine_args=spec.engine_args,
+        extra_args=("--allow-pickle",) if allow_pickle else (),
         env=spec.env,
         timeout_s=timeout_s,
         timeout_flag="--config-timeout",
@@ -122,6 +125,7 @@ def run_repeat(
     *,
     price_per_hour: float | None = None,
     stall_timeout_s: float | None = None,
+    allow_pickle: bool = False,
 ) -> RepeatOutcome:
     """One repeat as a child run (harness.run.child); its output goes to OUT/run.log."""
     (out / REPEAT_FILE).unlink(missing_ok=True)
@@ -133,6 +137,7 @@ def run_repeat(
         timeout_s,
         price_per_hour=price_per_hour,
         stall_timeout_s=stall_timeout_s,
+        allow_pickle=allow_pickle,
     )
     return repeat_outcome(run_in_child(child))
 
@@ -175,11 +180,20 @@ def run_capacity_repeat(
     calibrate_args: tuple[str, ...] = (),
     price_per_hour: float | None = None,
     stall_timeout_s: float | None = None,
+    allow_pickle: bool = False,
 ) -> RepeatOutcome:
     """One capacity repeat: `mlperf-vllm calibrate` (no confirmation) with the config's run
     flags, then, when `mode` is "both", an accuracy run of the same config in OUT/accuracy."""
     (out / REPEAT_FILE).unlink(missing_ok=True)
-    child = child_run(plan, spec, out, "performance", timeout_s, stall_timeout_s=stall_timeout_s)
+    child = child_run(
+        plan,
+        spec,
+        out,
+        "performance",
+        timeout_s,
+        stall_timeout_s=stall_timeout_s,
+        allow_pickle=allow_pickle,
+    )
     child = dataclasses.replace(
         child, command="calibrate", extra_args=(*child.extra_args, *calibrate_args)
     )
@@ -193,6 +207,7 @@ def run_capacity_repeat(
             timeout_s,
             price_per_hour=price_per_hour,
             stall_timeout_s=stall_timeout_s,
+            allow_pickle=allow_pickle,
         )
         ran = run_in_child(acc_child)
         # a FAIL verdict ends `run` with a nonzero status: the verdict is still the answer
