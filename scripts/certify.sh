@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# certify.sh [--round ROUND] [--accuracy-level 99|99.9] BENCHMARK SCENARIO: calibrate,
+# certify.sh [--dry-run] [--round ROUND] [--accuracy-level 99|99.9] BENCHMARK SCENARIO: calibrate,
 # performance, accuracy, TEST06, package, check, then one verdict table. Every step is an
 # `mlperf-vllm` command; the table says which one failed and where its logs are. READY only
 # when every step passed and every rule of the submission check holds for the whole tree
@@ -10,12 +10,19 @@
 #   MODEL=/models/Llama-3.1-8B-Instruct DATASET=/data/cnn_eval.json SYSTEM=1xH200_vLLM \
 #   SUBMITTER=MyOrg scripts/certify.sh llama3_1-8b Offline
 #
+# --dry-run (first argument, or DRY_RUN=1) prints every command instead of running it, quoted
+# so it can be pasted, each after a `# STEP (log: FILE)` comment; it runs none (not even
+# `rounds`), writes nothing and exits 0. Nothing is ever eval'ed. Every step is printed as if
+# the ones before it passed: the runs read the conf calibrate would write ($OUT/calibrate/user.conf).
+#
 # Environment:
 #   MODEL, DATASET       required
 #   SYSTEM, SUBMITTER    submission folder names (default: $(hostname), local)
 #   OUT                  working folder (default: runs/certify/BENCHMARK-SCENARIO)
 #   SUBMISSION_ROOT      where the submission tree goes (default: $OUT/submission)
-#   MLPERF_VLLM          the CLI (default: mlperf-vllm; e.g. ".venv/bin/python -m harness.cli")
+#   MLPERF_VLLM          the CLI, split into words (e.g. ".venv/bin/python -m harness.cli");
+#                        default as in the other scripts (_common.sh): .venv/bin/mlperf-vllm,
+#                        else mlperf-vllm on the PATH, else python3 -m harness.cli
 #   RUN_ARGS             extra flags for every run (engine flags: --max-num-seqs 512 ...)
 #                        or --engine-line CONF: the conf's measured line for BENCHMARK.SCENARIO
 #                        (user_confs/examples/h200.conf), for calibrate and every run
@@ -25,9 +32,14 @@
 #                        for a demo on the tiny model
 #   PACKAGE_ARGS         extra flags for package (--system-field cooling=air ...)
 set -u -o pipefail
+CLI_OVERRIDE=${MLPERF_VLLM:-}  # _common.sh sets MLPERF_VLLM (an array): keep the user's choice
+source "$(dirname "$0")/_common.sh"  # MLPERF_VLLM, ROOT, DRY_RUN, run_cmd
+[ -z "$CLI_OVERRIDE" ] || read -r -a MLPERF_VLLM <<<"$CLI_OVERRIDE"
+[ "${1:-}" = --dry-run ] && { DRY_RUN=1; shift; }
+is_dry() { [ "$DRY_RUN" = 1 ]; }
 
 usage() {
-  echo "usage: $0 [--round ROUND] [--accuracy-level 99|99.9] BENCHMARK SCENARIO" \
+  echo "usage: $0 [--dry-run] [--round ROUND] [--accuracy-level 99|99.9] BENCHMARK SCENARIO" \
     "  (MODEL=... DATASET=... in the environment)" >&2
   exit 2
 }
@@ -37,6 +49,7 @@ while [ $# -gt 0 ]; do
   case $1 in
     --round) [ $# -ge 2 ] || usage; ROUND_ARGS=(--round "$2"); shift 2 ;;
     --accuracy-level) [ $# -ge 2 ] || usage; LEVEL_ARGS=(--accuracy-level "$2"); shift 2 ;;
+    --dry-run) DRY_RUN=1; shift ;;
     -*) usage ;;
     *) break ;;
   esac
@@ -50,28 +63,39 @@ SYSTEM=${SYSTEM:-$(hostname -s)}
 SUBMITTER=${SUBMITTER:-local}
 OUT=${OUT:-runs/certify/${BENCHMARK}-${SCENARIO}}
 SUBMISSION_ROOT=${SUBMISSION_ROOT:-$OUT/submission}
-MLPERF_VLLM=${MLPERF_VLLM:-mlperf-vllm}
 RUN_ARGS=${RUN_ARGS:-}
 CALIBRATE_ARGS=${CALIBRATE_ARGS:-}
 PACKAGE_ARGS=${PACKAGE_ARGS:-}
 SUBMISSION_FLAG=${SUBMISSION_FLAG---submission}
-HERE=$(cd "$(dirname "$0")/.." && pwd)
-AUDIT=$HERE/user_confs/audit/TEST06.config
+AUDIT=$ROOT/user_confs/audit/TEST06.config
 
 # The round, before anything runs: a benchmark the round does not accept is refused here.
-# shellcheck disable=SC2086
-ROUND_NOTE=$($MLPERF_VLLM rounds --benchmark "$BENCHMARK" "${LEVEL_ARGS[@]}" \
-  "${ROUND_ARGS[@]}" 2>&1) || { echo "$ROUND_NOTE" >&2; exit 2; }
-echo "== $BENCHMARK $SCENARIO for $ROUND_NOTE"
+if is_dry; then
+  echo "# rounds: the round and accuracy level every step uses (a round without $BENCHMARK stops here)"
+  run_cmd "${MLPERF_VLLM[@]}" rounds --benchmark "$BENCHMARK" "${LEVEL_ARGS[@]}" "${ROUND_ARGS[@]}"
+  ROUND_NOTE="round ${ROUND_ARGS[1]:-<the newest with $BENCHMARK, from rounds>}"
+  echo "# dry run: $BENCHMARK $SCENARIO for $ROUND_NOTE; nothing below runs, nothing is written"
+else
+  ROUND_NOTE=$("${MLPERF_VLLM[@]}" rounds --benchmark "$BENCHMARK" "${LEVEL_ARGS[@]}" \
+    "${ROUND_ARGS[@]}" 2>&1) || { echo "$ROUND_NOTE" >&2; exit 2; }
+  echo "== $BENCHMARK $SCENARIO for $ROUND_NOTE"
+  mkdir -p "$OUT"
+fi
 ROUND_ARGS+=("${LEVEL_ARGS[@]}")
-mkdir -p "$OUT"
 
 declare -a STEPS=() VERDICTS=() DETAILS=()
 record() { STEPS+=("$1"); VERDICTS+=("$2"); DETAILS+=("$3"); }
 
 # step NAME LOGFILE CMD...: run, keep the output in LOGFILE, record PASS/FAIL (exit code).
+# A dry run prints the command (run_cmd) after a comment naming the step and its log.
 step() {
   local name=$1 log=$2; shift 2
+  if is_dry; then
+    echo "# $name (log: $log)"
+    run_cmd "$@"
+    record "$name" "DRY RUN" "$log"
+    return 0
+  fi
   echo "== $name: $*"
   "$@" >"$log" 2>&1
   local rc=$?
@@ -86,7 +110,7 @@ step() {
 # shellcheck disable=SC2086  # RUN_ARGS etc. are word lists on purpose
 run_mode() {  # run_mode NAME OUTDIR MODE [extra...]
   local name=$1 dir=$2 mode=$3; shift 3
-  step "$name" "$OUT/$name.log" $MLPERF_VLLM run --benchmark "$BENCHMARK" --scenario "$SCENARIO" \
+  step "$name" "$OUT/$name.log" "${MLPERF_VLLM[@]}" run --benchmark "$BENCHMARK" --scenario "$SCENARIO" \
     --mode "$mode" --model "$MODEL" --dataset "$DATASET" --output "$dir" \
     --user-conf "$CONF" --no-mlflow --no-progress "${ROUND_ARGS[@]}" $RUN_ARGS "$@"
 }
@@ -96,6 +120,12 @@ json_field() {  # json_field FILE python-expression-over-r
 }
 
 finish() {
+  if is_dry; then
+    local i printed=()
+    for i in "${!STEPS[@]}"; do [ "${VERDICTS[$i]}" = SKIPPED ] || printed+=("${STEPS[$i]}"); done
+    echo "# dry run: ${#printed[@]} steps printed (${printed[*]}); nothing ran"
+    exit 0
+  fi
   echo
   printf '%-12s %-16s %s\n' STEP VERDICT DETAIL
   local i failed=0
@@ -116,17 +146,22 @@ finish() {
 if [ -n "${USER_CONF:-}" ]; then
   CONF=$USER_CONF
   record calibrate "SKIPPED" "USER_CONF=$CONF"
+  is_dry && echo "# calibrate: skipped, every run below reads USER_CONF=$CONF"
 else
   # Server / Interactive: the written target must have held for a run of the conf's full
   # min_duration (calibrate --confirm steps down until one does), not only in short trials.
   CONFIRM=()
   [ "$SCENARIO" = Offline ] || CONFIRM=(--confirm)
   # shellcheck disable=SC2086
-  if step calibrate "$OUT/calibrate.log" $MLPERF_VLLM calibrate --benchmark "$BENCHMARK" \
+  if step calibrate "$OUT/calibrate.log" "${MLPERF_VLLM[@]}" calibrate --benchmark "$BENCHMARK" \
       --scenario "$SCENARIO" --model "$MODEL" --dataset "$DATASET" --output "$OUT/calibrate" \
       "${CONFIRM[@]}" $CALIBRATE_ARGS $RUN_ARGS; then
     CONF=$OUT/calibrate/user.conf
-    DETAILS[${#DETAILS[@]}-1]="$(grep -m1 -E '^[^#].*\.target_qps = ' "$CONF")"
+    if is_dry; then
+      echo "# calibrate would write the target QPS into $CONF; every run below reads that conf"
+    else
+      DETAILS[${#DETAILS[@]}-1]="$(grep -m1 -E '^[^#].*\.target_qps = ' "$CONF")"
+    fi
   else
     finish
   fi
@@ -134,7 +169,7 @@ fi
 
 # 2. performance and 3. accuracy (separate runs: each LoadGen test in its own process)
 # shellcheck disable=SC2086
-if run_mode performance "$OUT/performance" performance $SUBMISSION_FLAG; then
+if run_mode performance "$OUT/performance" performance $SUBMISSION_FLAG && ! is_dry; then
   R=$OUT/performance/result.json
   V=$(json_field "$R" "r['performance']['validity']")
   NC=$(json_field "$R" "', '.join(r.get('not_compliant') or [])")
@@ -147,7 +182,7 @@ if run_mode performance "$OUT/performance" performance $SUBMISSION_FLAG; then
   fi
 fi
 # shellcheck disable=SC2086
-if run_mode accuracy "$OUT/accuracy" accuracy $SUBMISSION_FLAG; then
+if run_mode accuracy "$OUT/accuracy" accuracy $SUBMISSION_FLAG && ! is_dry; then
   R=$OUT/accuracy/result.json
   A=$(json_field "$R" "r['accuracy'].get('verdict')")
   if [ "$A" = None ]; then  # not scored: say why (e.g. NLTK data missing)
@@ -161,16 +196,16 @@ fi
 
 # 4. TEST06: a performance-mode run under the audit config, then the three checks
 if run_mode test06-run "$OUT/TEST06" performance --audit-config "$AUDIT"; then
-  step test06 "$OUT/test06-check.log" $MLPERF_VLLM compliance test06 \
+  step test06 "$OUT/test06-check.log" "${MLPERF_VLLM[@]}" compliance test06 \
     --log-dir "$OUT/TEST06/performance" --model "$MODEL" --output "$OUT/TEST06" --strict
 fi
 
 # 5. package (accuracy from its own run) and 6. the local submission checks
 # shellcheck disable=SC2086
-step package "$OUT/package.log" $MLPERF_VLLM package --run "$OUT/performance" \
+step package "$OUT/package.log" "${MLPERF_VLLM[@]}" package --run "$OUT/performance" \
   --accuracy-run "$OUT/accuracy" --test06 "$OUT/TEST06" --system "$SYSTEM" \
   --submitter "$SUBMITTER" --out "$SUBMISSION_ROOT" "${ROUND_ARGS[@]}" $PACKAGE_ARGS \
-  && step check "$OUT/check.log" $MLPERF_VLLM check-submission "$SUBMISSION_ROOT" \
+  && step check "$OUT/check.log" "${MLPERF_VLLM[@]}" check-submission "$SUBMISSION_ROOT" \
     --benchmark "$BENCHMARK" --scenario "$SCENARIO" "${ROUND_ARGS[@]}"
-[ "${VERDICTS[${#VERDICTS[@]}-1]}" = PASS ] || DETAILS[${#DETAILS[@]}-1]="$(tail -n1 "$OUT/check.log" 2>/dev/null || echo "see $OUT/package.log")"
+is_dry || [ "${VERDICTS[${#VERDICTS[@]}-1]}" = PASS ] || DETAILS[${#DETAILS[@]}-1]="$(tail -n1 "$OUT/check.log" 2>/dev/null || echo "see $OUT/package.log")"
 finish

@@ -119,7 +119,7 @@ def test_missing_model_is_a_clear_error():
     assert proc.returncode == 2 and "set MODEL" in proc.stderr
 
 
-def _certify(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
+def _certify(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
     full = {
         **os.environ,
         "MODEL": str(tmp_path / "no-such-model"),
@@ -129,7 +129,7 @@ def _certify(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
         **env,
     }
     return subprocess.run(
-        ["bash", str(SCRIPTS / "certify.sh"), "llama3_1-8b", "Offline"],
+        ["bash", str(SCRIPTS / "certify.sh"), *args, "llama3_1-8b", "Offline"],
         env=full,
         capture_output=True,
         text=True,
@@ -182,6 +182,110 @@ def test_certify_refuses_a_benchmark_the_round_lacks_before_any_step(tmp_path):
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stderr.strip().count("\n") == 0 and "rounds with it: v6.0" in proc.stderr
     assert not (tmp_path / "cert").exists() and "READY" not in proc.stdout
+
+
+def _certify_commands(stdout: str, prefix: list[str]) -> list[list[str]]:
+    """The commands of a certify.sh dry run (comment lines dropped), each without the CLI prefix."""
+    cmds = []
+    for line in stdout.splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        argv = shlex.split(line)
+        assert argv[: len(prefix)] == prefix, line
+        cmds.append(argv[len(prefix) :])
+    return cmds
+
+
+def test_certify_dry_run_prints_every_step_and_runs_nothing(tmp_path):
+    """--dry-run prints each command (quoted; each parses with our CLI), in order, with the paths
+    a real run would use; the runs read the conf calibrate would write; no folder is made."""
+    proc = _certify(tmp_path, "--dry-run", RUN_ARGS="--max-num-seqs 512", SYSTEM="sys1")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = tmp_path / "cert"
+    assert not out.exists()
+    cmds = _certify_commands(proc.stdout, [sys.executable, "-m", "harness.cli"])
+    assert [c[0] for c in cmds] == [
+        "rounds", "calibrate", "run", "run", "run", "compliance", "package", "check-submission",
+    ]  # fmt: skip
+    parser = build_parser()
+    parsed = [parser.parse_known_args(c) for c in cmds]
+    for _args, extra in parsed:
+        parse_engine_flags(extra)  # anything left over is a vLLM engine flag
+    (rounds, _), (cal, cal_extra) = parsed[:2]
+    assert rounds.benchmark == "llama3_1-8b"
+    assert str(cal.output) == str(out / "calibrate")
+    assert parse_engine_flags(cal_extra) == {"max_num_seqs": 512}
+    conf = str(out / "calibrate" / "user.conf")
+    assert "# calibrate would write the target QPS into " + conf in proc.stdout
+    runs = [args for args, _ in parsed[2:5]]
+    assert [(a.mode, str(a.output)) for a in runs] == [
+        ("performance", str(out / "performance")),
+        ("accuracy", str(out / "accuracy")),
+        ("performance", str(out / "TEST06")),
+    ]
+    assert all(str(a.user_conf) == conf for a in runs)
+    assert runs[0].submission and runs[1].submission and runs[2].audit_config
+    assert Path(runs[2].audit_config).exists()
+    package, check = parsed[6][0], parsed[7][0]
+    assert (package.system, str(package.out)) == ("sys1", str(out / "submission"))
+    assert str(check.root) == str(out / "submission")
+    assert "# performance (log: " + str(out / "performance.log") + ")" in proc.stdout
+    assert "nothing ran" in proc.stdout and "VERDICT" not in proc.stdout
+
+
+def test_certify_dry_run_with_a_conf_skips_calibrate(tmp_path):
+    conf = SCRIPTS.parent / "user_confs" / "smoke" / "offline.conf"
+    proc = _certify(tmp_path, "--dry-run", "--round", "v6.1", USER_CONF=str(conf))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    cmds = _certify_commands(proc.stdout, [sys.executable, "-m", "harness.cli"])
+    assert "calibrate" not in [c[0] for c in cmds] and "calibrate: skipped" in proc.stdout
+    for c in cmds:
+        args, _ = build_parser().parse_known_args(c)
+        if c[0] == "run":
+            assert str(args.user_conf) == str(conf) and args.round == "v6.1"
+    assert not (tmp_path / "cert").exists()
+
+
+def test_certify_finds_the_cli_like_the_other_scripts(tmp_path):
+    """No MLPERF_VLLM: certify.sh takes _common.sh's pick. A copy of the scripts outside the repo
+    (no .venv next to it) with a stand-in `mlperf-vllm` on the PATH prints that name; the stand-in
+    never runs in a dry run."""
+    assert 'source "$(dirname "$0")/_common.sh"' in (SCRIPTS / "certify.sh").read_text()
+    copy = tmp_path / "repo" / "scripts"
+    copy.mkdir(parents=True)
+    for name in ("certify.sh", "_common.sh"):
+        (copy / name).write_text((SCRIPTS / name).read_text())
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    marker = tmp_path / "ran"
+    stub = bin_dir / "mlperf-vllm"
+    stub.write_text(f"#!/usr/bin/env bash\ntouch {shlex.quote(str(marker))}\n")
+    stub.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("MLPERF_VLLM", "DRY_RUN")}
+    env.update(MODEL="/m", DATASET="/d.json", OUT=str(tmp_path / "cert"))
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
+    proc = subprocess.run(
+        ["bash", str(copy / "certify.sh"), "--dry-run", "llama3_1-8b", "Offline"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    cmds = _certify_commands(proc.stdout, ["mlperf-vllm"])
+    assert len(cmds) == 8 and not marker.exists() and not (tmp_path / "cert").exists()
+    # in the repo: .venv/bin/mlperf-vllm when it exists, as run_offline.sh takes it
+    venv_cli = SCRIPTS.parent / ".venv" / "bin" / "mlperf-vllm"
+    if os.access(venv_cli, os.X_OK):
+        proc = subprocess.run(
+            ["bash", str(SCRIPTS / "certify.sh"), "--dry-run", "llama3_1-8b", "Offline"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert len(_certify_commands(proc.stdout, [str(venv_cli)])) == 8
 
 
 def test_example_confs_engine_lines_parse_and_stay_compliant():
