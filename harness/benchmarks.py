@@ -12,6 +12,7 @@ the submission checker's accuracy tables (v6.0/v6.1).
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
@@ -322,6 +323,50 @@ def get_benchmark(name: str) -> Benchmark:
     except KeyError:
         known = ", ".join(BENCHMARKS)
         raise UnknownBenchmarkError(f"unknown benchmark {name!r}: choose one of {known}") from None
+
+
+def _submission_names() -> dict[str, tuple[str, str]]:
+    """The submission checker's model names (the model folders `mlperf-vllm rounds` lists:
+    llama3.1-8b, llama2-70b-99.9, ...) -> (our preset, the accuracy level the name carries).
+    Interactive variants share their base's names, so only base presets are read."""
+    return {
+        checker: (b.name, level)
+        for b in BENCHMARKS.values()
+        if b.name == b.accuracy_preset
+        for level, checker in b.accuracy.checker_models.items()
+    }
+
+
+SUBMISSION_NAMES: Mapping[str, tuple[str, str]] = MappingProxyType(_submission_names())
+
+
+def benchmark_names() -> tuple[str, ...]:
+    """Every name `--benchmark` takes: the presets, then the submission names."""
+    return (*BENCHMARKS, *(n for n in SUBMISSION_NAMES if n not in BENCHMARKS))
+
+
+def lookup_benchmark(name: str) -> tuple[str, str | None]:
+    """A benchmark as typed -> (its preset, the accuracy level the name implies or None).
+
+    A preset name is itself (no level implied); a submission name is its preset, with its
+    level where the benchmark has several (llama2-70b-99.9 -> llama2-70b at 99.9). Case is
+    ignored. Raises UnknownBenchmarkError naming the known names (and the nearest one)."""
+    key = name.strip()
+    for candidate in (key, key.lower()):
+        if candidate in BENCHMARKS:
+            return candidate, None
+        if candidate in SUBMISSION_NAMES:
+            preset, level = SUBMISSION_NAMES[candidate]
+            several = len(BENCHMARKS[preset].accuracy_levels) > 1
+            return preset, level if several else None
+    names = benchmark_names()
+    near = difflib.get_close_matches(key.lower(), names, n=1)
+    hint = f" (did you mean {near[0]}?)" if near else ""
+    submission = [n for n in SUBMISSION_NAMES if n not in BENCHMARKS]
+    raise UnknownBenchmarkError(
+        f"unknown benchmark {name!r}{hint}: choose a preset ({', '.join(BENCHMARKS)}) or a "
+        f"submission name ({', '.join(submission)})"
+    )
 
 
 def resolve(name: str, scenario: str) -> tuple[Benchmark, str]:

@@ -94,7 +94,7 @@ def test_every_sweep_flag_reaches_its_option():
         *("--output", "o", "--resume", "--keep-all", "--noise-floor", "0.05"),
         *("--price-per-hour", "2.5", "--config-timeout", "600", "--stall-timeout", "30"),
         *("--figure", "capacity", "--trials", "3", "--trial-s", "7.5"),
-        *("--measure-samples", "1000000"),
+        *("--measure-samples", "1000000", "--allow-pickle"),
     )
     opts = sweep_options(args)
     assert opts == SweepOptions(
@@ -109,6 +109,7 @@ def test_every_sweep_flag_reaches_its_option():
         price_per_hour=2.5,
         stall_timeout_s=30.0,
         figure="capacity",
+        allow_pickle=True,
         # calibrate's own flags, as it parses them (an int never written as 1e+06)
         calibrate_args=("--trials", "3", "--trial-s", "7.5", "--measure-samples", "1000000"),
     )

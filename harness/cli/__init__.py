@@ -26,6 +26,7 @@ from harness.cli import (
     sweep,
 )
 from harness.cli.common import EXIT_ERROR, EXIT_USAGE
+from harness.cli.flags import Parser
 from harness.errors import UsageError
 
 # Commands that start an engine or child runs: a guard process outlives a killed main process
@@ -34,7 +35,9 @@ STARTS_PROCESSES = frozenset({"run", "calibrate", "sweep", "demo"})
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    """Every command's parser: `Parser`, whose help states each option's default (its
+    subparsers take its class)."""
+    parser = Parser(
         prog="mlperf-vllm",
         description="MLPerf Inference LLM benchmarks (Llama 2 70B, Llama 3.1 8B/405B) on vLLM.",
     )
@@ -73,16 +76,21 @@ def _exit_now_if_loadgen_running(code: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
-    if getattr(args, "engine_line", None):  # run / calibrate: a conf's measured engine line
-        try:
+    try:
+        # a flag's own check (an unknown --benchmark, a --tag without `=`) refuses in one line
+        args, extra = parser.parse_known_args(argv)
+        note = None
+        if getattr(args, "engine_line", None):  # run / calibrate: a conf's measured engine line
             argv, note = engine_line.expand(
                 argv, args.command, args.benchmark, args.scenario, args.engine_line
             )
-        except UsageError as exc:
-            _error(str(exc))
-            return EXIT_USAGE
-        args, extra = parser.parse_known_args(argv)
+            args, extra = parser.parse_known_args(argv)
+    except UsageError as exc:
+        if "--debug" in argv:
+            raise
+        _error(str(exc))
+        return EXIT_USAGE
+    if note is not None:
         print(note, flush=True)
     from harness.proc import orphans, signals
 

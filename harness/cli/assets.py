@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from harness.cli.common import EXIT_OK
+from harness.cli.flags import add_benchmark_argument
 from harness.errors import UsageError
 from harness.files import check_output_dir, check_output_file
 
@@ -26,7 +27,7 @@ def add_parsers(sub) -> None:
     )
 
     mk = sub.add_parser("make-dataset", help="synthetic dataset in a benchmark's columns")
-    mk.add_argument("--benchmark", default="llama3_1-8b")
+    add_benchmark_argument(mk, required=False, default="llama3_1-8b")
     mk.add_argument("--tokenizer", required=True, type=Path)
     mk.add_argument("--out", required=True, type=Path)
     mk.add_argument("--samples", type=int, default=64)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from harness.benchmarks import scenario_name
 from harness.cli.common import EXIT_OK
-from harness.cli.flags import request_from_flags
+from harness.cli.flags import add_benchmark_argument, request_from_flags
 
 if TYPE_CHECKING:
     from harness.submission.calibrate import CalibrateRequest
@@ -22,7 +22,7 @@ def add_parser(sub) -> None:
         "margin. Server/Interactive: short runs search the highest target_qps within "
         "the TTFT/TPOT limits. Unrecognised --flags go to each `run` (engine flags).",
     )
-    cal.add_argument("--benchmark", required=True)
+    add_benchmark_argument(cal)
     cal.add_argument(
         "--scenario",
         required=True,

@@ -10,11 +10,11 @@ import sys
 from pathlib import Path
 
 from evaluation.accuracy_log import TOKEN_DTYPES
-from evaluation.targets import known_benchmarks
 from harness.cli.common import EXIT_ERROR, strict_code
 from harness.cli.flags import (
     accuracy_level_of,
     add_accuracy_level_argument,
+    add_benchmark_argument,
     add_mlflow_arguments,
     tracking_config,
 )
@@ -22,12 +22,7 @@ from harness.errors import UsageError
 
 
 def add_evaluate_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--benchmark",
-        required=True,
-        choices=known_benchmarks(),
-        help="benchmark whose accuracy targets apply",
-    )
+    add_benchmark_argument(parser, what="benchmark whose accuracy targets apply")
     parser.add_argument(
         "--accuracy-log",
         required=True,

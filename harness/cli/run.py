@@ -9,10 +9,13 @@ from pathlib import Path
 from harness.benchmarks import SCENARIOS, scenario_name
 from harness.cli.common import EXIT_ERROR, strict_code
 from harness.cli.flags import (
+    Parser,
     accuracy_level_of,
     add_accuracy_level_argument,
+    add_benchmark_argument,
     add_mlflow_arguments,
     add_round_argument,
+    add_run_name_arguments,
     choose_round_for,
     tracking_config,
 )
@@ -31,7 +34,7 @@ def add_parser(sub) -> None:
 
 
 def _add_run_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--benchmark", required=True, help="preset, e.g. llama3_1-8b, llama2-70b")
+    add_benchmark_argument(p)
     p.add_argument("--scenario", required=True, type=scenario_name, choices=SCENARIOS)
     p.add_argument("--mode", default="performance", choices=["performance", "accuracy", "both"])
     p.add_argument("--model", required=True, type=Path, help="local checkpoint folder")
@@ -189,6 +192,7 @@ def _add_run_arguments(p: argparse.ArgumentParser) -> None:
         "result; without it they are reported in one warning line",
     )
     add_mlflow_arguments(p)
+    add_run_name_arguments(p)
 
 
 def add_watchdog_arguments(p: argparse.ArgumentParser) -> None:
@@ -294,7 +298,7 @@ def loadgen_overrides(args: argparse.Namespace) -> dict[str, float]:
 def run_request_from_argv(argv: list[str]):
     """A RunRequest from a `run` command line (calibrate's in-process trials take the same
     flags as its child runs); argparse reports bad flags as `run` would."""
-    p = argparse.ArgumentParser(prog="mlperf-vllm run", add_help=False)
+    p = Parser(prog="mlperf-vllm run", add_help=False)
     _add_run_arguments(p)
     args, extra = p.parse_known_args(argv)
     return build_run_request(args, extra)
@@ -316,9 +320,8 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
         prepared = prepare(req)  # bad input stops here: no MLflow run, no mlflow.db
         cfg = tracking_config(args)
         tracking.check_reachable(cfg)  # before any engine starts
-        with tracking.tracked_run(
-            cfg, tracking.run_name(req, args.output), output_dir=args.output
-        ) as trk:
+        name = args.run_name or tracking.run_name(req, args.output)
+        with tracking.tracked_run(cfg, name, tags=args.tags, output_dir=args.output) as trk:
             outcome = run(
                 req,
                 prepared=prepared,

@@ -11,6 +11,7 @@ from harness.cli.common import EXIT_OK, EXIT_STRICT
 from harness.cli.flags import (
     accuracy_level_of,
     add_accuracy_level_argument,
+    add_benchmark_argument,
     add_round_argument,
     choose_round_for,
 )
@@ -53,9 +54,10 @@ def add_package_commands(sub) -> None:
     )
     chk.add_argument("root", type=Path)
     add_round_argument(chk)
-    chk.add_argument(
-        "--benchmark",
-        help="show only this benchmark's rows (with --scenario); every rule still counts",
+    add_benchmark_argument(
+        chk,
+        required=False,
+        what="show only this benchmark's rows (with --scenario); every rule still counts",
     )
     chk.add_argument("--scenario", type=scenario_name, choices=SCENARIOS)
     add_accuracy_level_argument(chk)
@@ -69,7 +71,9 @@ def add_package_commands(sub) -> None:
     rounds = sub.add_parser(
         "rounds", help="the submission rounds: model folders, scenarios and seeds each accepts"
     )
-    rounds.add_argument("--benchmark", help="say which round this benchmark is prepared for")
+    add_benchmark_argument(
+        rounds, required=False, what="say which round this benchmark is prepared for"
+    )
     add_accuracy_level_argument(rounds)
     add_round_argument(rounds)
 

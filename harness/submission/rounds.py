@@ -220,11 +220,16 @@ def choose_round(name: str | None, preset: str, accuracy_level: str | None = Non
         model = rnd.model(folder)
         if model is None:
             base = preset.removesuffix("-interactive")
-            other_levels = [m.accuracy_level for m in rnd.models if m.preset == base]
+            other = [m for m in rnd.models if m.preset == base]
             raise UsageError(
                 f"round {rnd.name} does not accept {folder} (rounds with it: "
                 f"{', '.join(having)}): pass --round {having[0]}"
-                + (f" or --accuracy-level {other_levels[0]}" if other_levels else "")
+                + (
+                    f" or --accuracy-level {other[0].accuracy_level}"
+                    f" (--benchmark {other[0].folder})"
+                    if other
+                    else ""
+                )
             )
         return RoundChoice(rnd, model, f"round {rnd.name} (--round)")
     rnd = get_round(having[0])
