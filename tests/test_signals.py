@@ -252,3 +252,53 @@ def test_the_mark_is_the_commands_own_and_a_child_command_adds_to_it():
     assert OWNERS_ENV not in os.environ
     assert len(outer.split(":")) == 1 and inner.split(":")[0] == outer
     assert len(inner.split(":")) == 2 and inner.split(":")[1] != outer
+
+
+# A command whose engine-like child maps a shared-memory segment it alone would unlink at a clean
+# shutdown (vLLM's queues are not left to Python's resource tracker), and never gets to.
+GUARDED_SHM = textwrap.dedent(
+    """
+    import subprocess, sys, time
+    from harness.proc.orphans import guard_descendants
+    CHILD = '''
+    import sys, time
+    from multiprocessing import resource_tracker, shared_memory
+    shm = shared_memory.SharedMemory(create=True, size=1 << 16)
+    resource_tracker.unregister(shm._name, "shared_memory")
+    print(shm.name, flush=True)
+    time.sleep(300)
+    '''
+    with guard_descendants():
+        child = subprocess.Popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE, text=True)
+        print(child.stdout.readline().strip(), flush=True)
+        time.sleep(300)
+    """
+)
+
+
+def test_sigkill_of_the_main_process_leaves_no_shared_memory_of_its_engine():
+    proc = subprocess.Popen(
+        [sys.executable, "-c", GUARDED_SHM],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=str(REPO),
+        start_new_session=True,
+    )
+    name = ""
+    try:
+        name = proc.stdout.readline().strip()
+        segment = f"/dev/shm/{name}"
+        assert name.startswith("psm_") and os.path.exists(segment), name
+        family = psutil.Process(proc.pid).children(recursive=True)
+        time.sleep(6.5)  # the guard notes the family's segments every 5 s (SHM_SCAN_S)
+        proc.kill()
+        proc.wait(10)
+        wait_for(lambda: not alive(family), 20, "the dead command's processes to be stopped")
+        wait_for(lambda: not os.path.exists(segment), 10, "the engine's segment to be unlinked")
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(OSError):
+            if name:
+                os.unlink(f"/dev/shm/{name}")
