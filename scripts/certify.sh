@@ -204,7 +204,7 @@ fi
 # shellcheck disable=SC2086
 step package "$OUT/package.log" "${MLPERF_VLLM[@]}" package --run "$OUT/performance" \
   --accuracy-run "$OUT/accuracy" --test06 "$OUT/TEST06" --system "$SYSTEM" \
-  --submitter "$SUBMITTER" --out "$SUBMISSION_ROOT" "${ROUND_ARGS[@]}" $PACKAGE_ARGS \
+  --submitter "$SUBMITTER" --output "$SUBMISSION_ROOT" "${ROUND_ARGS[@]}" $PACKAGE_ARGS \
   && step check "$OUT/check.log" "${MLPERF_VLLM[@]}" check-submission "$SUBMISSION_ROOT" \
     --benchmark "$BENCHMARK" --scenario "$SCENARIO" "${ROUND_ARGS[@]}"
 is_dry || [ "${VERDICTS[${#VERDICTS[@]}-1]}" = PASS ] || DETAILS[${#DETAILS[@]}-1]="$(tail -n1 "$OUT/check.log" 2>/dev/null || echo "see $OUT/package.log")"

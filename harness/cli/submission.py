@@ -31,7 +31,15 @@ def add_package_commands(sub) -> None:
     pkg.add_argument("--system", required=True, help="system name (folder and systems/*.json)")
     pkg.add_argument("--submitter", required=True)
     pkg.add_argument("--division", default="closed", choices=["closed", "open", "network"])
-    pkg.add_argument("--out", required=True, type=Path, help="submission root")
+    pkg.add_argument(  # --output, as every command writes its result; --out for earlier scripts
+        "--output",
+        "--out",
+        dest="out",
+        required=True,
+        type=Path,
+        metavar="ROOT",
+        help="submission root",
+    )
     add_accuracy_level_argument(pkg)
     add_round_argument(pkg)
     pkg.add_argument(
@@ -91,7 +99,7 @@ def _pairs(items: list[str], flag: str) -> dict[str, str]:
 def cmd_package(args: argparse.Namespace) -> int:
     from harness.folder_lock import one_writer
 
-    with one_writer(args.out, "--out"):
+    with one_writer(args.out, "--output"):
         return _package(args)
 
 

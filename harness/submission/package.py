@@ -194,7 +194,7 @@ def package(req: PackageRequest) -> PackageReport:
 
     sub = req.out / req.division / req.submitter
     sdir = sub / "results" / req.system / model.folder / scenario
-    check_output_dir(req.out, "--out")
+    check_output_dir(req.out, "--output")
     replaced = sdir.is_dir()
     acc_result = None
     if req.accuracy_run and (req.accuracy_run / RESULT_FILE).is_file():
