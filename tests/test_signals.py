@@ -254,22 +254,25 @@ def test_the_mark_is_the_commands_own_and_a_child_command_adds_to_it():
     assert len(inner.split(":")) == 2 and inner.split(":")[1] != outer
 
 
-# A command whose engine-like child maps a shared-memory segment it alone would unlink at a clean
+# An engine-like process that maps a shared-memory segment it alone would unlink at a clean
 # shutdown (vLLM's queues are not left to Python's resource tracker), and never gets to.
-GUARDED_SHM = textwrap.dedent(
+SHM_CHILD = textwrap.dedent(
     """
-    import subprocess, sys, time
-    from harness.proc.orphans import guard_descendants
-    CHILD = '''
-    import sys, time
+    import time
     from multiprocessing import resource_tracker, shared_memory
     shm = shared_memory.SharedMemory(create=True, size=1 << 16)
     resource_tracker.unregister(shm._name, "shared_memory")
     print(shm.name, flush=True)
     time.sleep(300)
-    '''
+    """
+)
+# A guarded command with such a child.
+GUARDED_SHM = textwrap.dedent(
+    f"""
+    import subprocess, sys, time
+    from harness.proc.orphans import guard_descendants
     with guard_descendants():
-        child = subprocess.Popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE, text=True)
+        child = subprocess.Popen([sys.executable, "-c", {SHM_CHILD!r}], stdout=subprocess.PIPE, text=True)
         print(child.stdout.readline().strip(), flush=True)
         time.sleep(300)
     """
@@ -299,6 +302,32 @@ def test_sigkill_of_the_main_process_leaves_no_shared_memory_of_its_engine():
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(OSError):
+            if name:
+                os.unlink(f"/dev/shm/{name}")
+
+
+def test_reaping_an_engine_process_unlinks_the_shared_memory_it_maps():
+    """What the SUT's stop does with engine processes left running: they go, and so do the
+    segments of vLLM's queues they map, which nobody else would unlink."""
+    from sut.lifecycle import reap
+
+    child = subprocess.Popen(
+        [sys.executable, "-c", SHM_CHILD],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    name = ""
+    try:
+        name = child.stdout.readline().strip()
+        assert name.startswith("psm_") and os.path.exists(f"/dev/shm/{name}"), name
+        assert reap([psutil.Process(child.pid)], grace_s=5.0) == [child.pid]
+        assert child.wait(5) is not None
+        assert not os.path.exists(f"/dev/shm/{name}")
+    finally:
+        with contextlib.suppress(OSError):
+            child.kill()
         with contextlib.suppress(OSError):
             if name:
                 os.unlink(f"/dev/shm/{name}")

@@ -229,6 +229,23 @@ class _Held:
             os.write(self.real if self.real >= 0 else self.fd, text.encode())
 
 
+@contextlib.contextmanager
+def _stderr_to(path: str | os.PathLike[str] | None):
+    """File descriptor 2 appended to `path` for the block (processes started in it keep it)."""
+    if path is None:
+        yield
+        return
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    saved = os.dup(2)
+    try:
+        os.dup2(fd, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(fd)
+
+
 class EngineStartLog:
     """stdout and stderr through pipes while the engine starts (see the module doc); vLLM's
     logger writes to stdout, a dying process's traceback goes to stderr."""
@@ -238,14 +255,19 @@ class EngineStartLog:
         self.sink = -1
 
     @classmethod
-    def begin(cls) -> EngineStartLog:
+    def begin(cls, tracker_log: str | os.PathLike[str] | None = None) -> EngineStartLog:
         _flush()
         # Python's resource tracker, once started, lives as long as this interpreter: started
-        # here, before the redirection, it keeps the real stdout and stderr, not our pipes.
+        # here, before the redirection, it keeps the real stdout, not our pipes. Its stderr goes
+        # to `tracker_log` where given: vLLM's engine core registers its queues' shared memory
+        # with it, and an engine stopped before it unlinked them (Ctrl-C, a failure) had the
+        # tracker warn about "leaked shared_memory objects" on the terminal after the run's
+        # last line; the tracker still unlinks them, and says so in the log.
         with contextlib.suppress(Exception):
             from multiprocessing import resource_tracker
 
-            resource_tracker.ensure_running()
+            with _stderr_to(tracker_log):
+                resource_tracker.ensure_running()
         return cls([_Held(1), _Held(2)])
 
     def close(self, timeout_s: float = 3.0) -> None:

@@ -528,7 +528,8 @@ def _run_tests(
     qsl = TokenQSL(prep.dataset.prompts, settings.performance_sample_count_override or None)
     t0 = time.monotonic()
     print("starting the vLLM engine (a large model takes minutes)", flush=True)
-    start_log = EngineStartLog.begin()  # vLLM's processes' output, held until the start is decided
+    # vLLM's processes' output, held until the start is decided; the resource tracker's to the log
+    start_log = EngineStartLog.begin(None if req.verbose else out / ENGINE_LOG)
     try:
         with still_going("the engine is still starting", start_log.say):
             sut = build_sut(prep)
