@@ -27,8 +27,6 @@ UUID_PATTERN = re.compile(r"\w{8}-\w{4}-\w{4}-\w{4}-\w{12}")
 ANSWER_PREFIX = "Answer: "
 
 METRIC_KINDS: tuple[str, ...] = ("rouge", "niah_em", "qa_em")
-# Which reported metric each row kind feeds.
-REPORTED_METRIC = {"rouge": "rougeL", "niah_em": "exact_match", "qa_em": "exact_match"}
 
 
 def niah_exact_match(label: str, prediction: str) -> float:

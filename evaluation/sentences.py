@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -153,6 +153,3 @@ class SentenceSplitter:
     def postprocess(self, text: str) -> str:
         """The reference postprocessing: strip, then one sentence per line (for rougeLsum)."""
         return "\n".join(self.split(text.strip()))
-
-    def postprocess_all(self, texts: Sequence[str]) -> list[str]:
-        return [self.postprocess(text) for text in texts]

@@ -614,8 +614,6 @@ class ServerSUT(EngineSUT):
         self._destroy_handle()
         self._progress.close()
 
-    shutdown = stop  # the name bench/server_capacity.py uses
-
 
 def _engine_dead_error(engine: Any) -> BaseException:
     try:

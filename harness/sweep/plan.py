@@ -53,9 +53,6 @@ class Change:
     env: tuple[tuple[str, str], ...] = ()
     sut: tuple[tuple[str, str], ...] = ()  # SUT_KNOBS keys
 
-    def engine_keys(self) -> set[str]:
-        return {p.partition("=")[0].strip().lstrip("-").replace("-", "_") for p in self.engine_args}
-
     def describe(self) -> str:
         parts = [f"--engine-arg {p}" for p in self.engine_args]
         parts += [f"--env {k}={v}" for k, v in self.env]
