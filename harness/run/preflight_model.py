@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import UsageError
+from harness.run.ray_cluster import layout_of, positive_int
 from sut.engine import has_nvidia_gpu
 
 # Files one of which makes a folder a tokenizer for transformers' or vLLM's loaders: a fast
@@ -82,13 +83,6 @@ def check_model_tokenizer(model: Path, engine_kwargs: Mapping[str, Any]) -> None
         )
 
 
-def _int(value: Any) -> int:
-    try:
-        return max(1, int(value or 1))
-    except (TypeError, ValueError):
-        return 1
-
-
 def _text(value: Any) -> str | None:
     return None if value is None else str(getattr(value, "value", value))
 
@@ -97,12 +91,10 @@ def local_devices_needed(engine_kwargs: Mapping[str, Any]) -> tuple[int, str] | 
     """The GPUs the engine's workers take on this machine, and the layout in words; None for a
     layout that is not all on this machine (Ray, an external launcher, several nodes, one rank
     of an externally balanced data-parallel deployment), which this check leaves alone."""
-    executor = _text(engine_kwargs.get("distributed_executor_backend"))
-    if executor in {"ray", "external_launcher"}:
+    layout = layout_of(engine_kwargs)
+    if layout.executor in {"ray", "external_launcher"} or layout.data_parallel_backend == "ray":
         return None
-    if _text(engine_kwargs.get("data_parallel_backend")) == "ray":
-        return None
-    if _int(engine_kwargs.get("nnodes")) > 1:
+    if positive_int(engine_kwargs.get("nnodes")) > 1:
         return None
     multi_node_dp = (
         "data_parallel_rank",
@@ -115,18 +107,14 @@ def local_devices_needed(engine_kwargs: Mapping[str, Any]) -> tuple[int, str] | 
         for k in ("data_parallel_external_lb", "data_parallel_hybrid_lb")
     ):
         return None
-    sizes = [
-        ("TP", _int(engine_kwargs.get("tensor_parallel_size"))),
-        ("PP", _int(engine_kwargs.get("pipeline_parallel_size"))),
-    ]
-    if _int(engine_kwargs.get("prefill_context_parallel_size")) > 1:
-        sizes.append(("PCP", _int(engine_kwargs.get("prefill_context_parallel_size"))))
-    if _int(engine_kwargs.get("data_parallel_size")) > 1:
-        sizes.append(("DP", _int(engine_kwargs.get("data_parallel_size"))))
-    need = 1
-    for _, n in sizes:
-        need *= n
-    return need, " x ".join(f"{name} {n}" for name, n in sizes)
+    # RayLayout.describe leaves PP 1 out; this message names it (TP 4 x PP 1 needs 4 GPUs)
+    sizes = [("TP", layout.tensor_parallel), ("PP", layout.pipeline_parallel)]
+    pcp = positive_int(engine_kwargs.get("prefill_context_parallel_size"))
+    if pcp > 1:
+        sizes.append(("PCP", pcp))
+    if layout.data_parallel > 1:
+        sizes.append(("DP", layout.data_parallel))
+    return layout.devices * pcp, " x ".join(f"{name} {n}" for name, n in sizes)
 
 
 def check_parallel_fits(

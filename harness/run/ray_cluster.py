@@ -80,7 +80,8 @@ class RayLayout:
         }
 
 
-def _int(value: Any) -> int:
+def positive_int(value: Any) -> int:
+    """An engine arg's size, 1 when unset or unreadable."""
     try:
         return max(1, int(value or 1))
     except (TypeError, ValueError):
@@ -93,9 +94,9 @@ def layout_of(engine_kwargs: Mapping[str, Any]) -> RayLayout:
         return None if v is None else str(getattr(v, "value", v))
 
     return RayLayout(
-        tensor_parallel=_int(engine_kwargs.get("tensor_parallel_size")),
-        pipeline_parallel=_int(engine_kwargs.get("pipeline_parallel_size")),
-        data_parallel=_int(engine_kwargs.get("data_parallel_size")),
+        tensor_parallel=positive_int(engine_kwargs.get("tensor_parallel_size")),
+        pipeline_parallel=positive_int(engine_kwargs.get("pipeline_parallel_size")),
+        data_parallel=positive_int(engine_kwargs.get("data_parallel_size")),
         executor=text("distributed_executor_backend"),
         data_parallel_backend=text("data_parallel_backend"),
     )

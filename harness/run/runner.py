@@ -221,9 +221,8 @@ def prepare(req: RunRequest) -> PreparedRun:
         if "performance" not in req.modes():
             raise UsageError("--profile records the performance test: add --mode performance")
         overrides["profiler_config"] = profiler_config(window, req.output)
-    for key in ("tokenizer",):  # local folders, as the model's (below)
-        if isinstance(overrides.get(key), str):
-            overrides[key] = local_path_arg(overrides[key])
+    if isinstance(overrides.get("tokenizer"), str):  # a local folder, as the model's (below)
+        overrides["tokenizer"] = local_path_arg(overrides["tokenizer"])
     engine_config = make_engine_config(local_path_arg(str(req.model)), overrides)
     load_format = str(engine_config.kwargs.get("load_format", "auto"))
     check_model_weights(req.model, load_format)
