@@ -9,12 +9,10 @@ takes the measured results with it.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,16 +40,8 @@ from harness.run.checks import (
     require_punkt,
 )
 from harness.run.cost import add_cost
-from harness.run.engine_log import (
-    ENGINE_LOG,
-    ENGINE_START_LOG,
-    EngineStartLog,
-    first_error,
-    root_cause,
-    route_vllm_logger,
-)
 from harness.run.environment import RUN_VERSION_DISTS, engine_env_vars, installed_versions
-from harness.run.loadgen_test import EngineFailure, loadgen_still_running, run_loadgen_test
+from harness.run.loadgen_test import EngineFailure
 from harness.run.logs import ACCURACY_LOG, DETAIL_LOG, parse_detail_log, performance_result
 from harness.run.preflight_model import check_local_devices, check_model_tokenizer
 from harness.run.profile import (
@@ -62,8 +52,9 @@ from harness.run.profile import (
     profiler_config,
     summarize,
 )
-from harness.run.ray_cluster import check_ray_layout, mark_ray_workers
+from harness.run.ray_cluster import check_ray_layout
 from harness.run.result import RESULT_FILE, TEST06_DIR, PreflightVerdict, RunResult
+from harness.run.session import EngineSession, uses_offline_sut
 from harness.run.settings import (
     SettingsRequest,
     apply_overrides,
@@ -80,20 +71,16 @@ from harness.run.settings import (
 from harness.run.timeline import record_timeline
 from harness.run.warmup import warm_up
 from harness.run.weights import check_model_weights
-from sut.engine import describe_error, resolved_engine_args, resolved_settings, vllm_reason
+from sut.engine import resolved_engine_args, resolved_settings
 from sut.lifecycle import (
     DEFAULT_ENGINE_START_TIMEOUT_S,
     DEFAULT_STALL_TIMEOUT_S,
-    DEFAULT_STOP_TIMEOUT_S,
-    INTERRUPT_STOP_TIMEOUT_S,
-    EngineStartTimeout,
 )
 from sut.routing import DEFAULT_ROUTING
 
 log = logging.getLogger(__name__)
 
 MODES = ("performance", "accuracy", "both")
-STILL_GOING_S = 30.0  # a line this often while the engine starts
 TEST06_AUDIT = "user_confs/audit/TEST06.config"  # shipped: MLCommons' TEST06 settings
 
 
@@ -252,7 +239,10 @@ def prepare(req: RunRequest) -> PreparedRun:
             f"{sum(lengths) / len(lengths):.1f} tokens): a throughput study only"
         )
     try:  # what only vLLM can judge, judged by vLLM, still before any engine starts
-        check_engine_config(engine_config, async_engine=not _uses_offline_sut(req, engine_config))
+        check_engine_config(
+            engine_config,
+            async_engine=not uses_offline_sut(req.scenario, engine_config.kwargs),
+        )
     except EngineArgError as exc:
         raise UsageError(str(exc)) from None
     cluster = check_ray_layout(engine_config.kwargs)  # a Ray layout: its cluster, in seconds
@@ -343,52 +333,6 @@ def run_identity(prep: PreparedRun) -> dict[str, Any]:
     }
 
 
-def _uses_offline_sut(req: RunRequest, engine_config: Any) -> bool:
-    """Offline on one engine runs `vllm.LLM`; everything else `AsyncLLM` (see build_sut)."""
-    return (
-        req.scenario == "Offline" and int(engine_config.kwargs.get("data_parallel_size") or 1) == 1
-    )
-
-
-def build_sut(prep: PreparedRun) -> Any:
-    """The SUT for the scenario, its engine started. Offline: `vllm.LLM` and its request loop;
-    everything else: the streaming SUT over `AsyncLLM`. The SUT owns its engine: `stop()`."""
-    scenario = prep.request.scenario
-    req = prep.request
-    if prep.cluster is not None:
-        mark_ray_workers()  # the workers Ray starts for this run carry its owner token
-    if _uses_offline_sut(req, prep.engine_config):
-        from sut.offline import OfflineSUT
-
-        return OfflineSUT.create(
-            prep.engine_config,
-            prep.dataset.prompts,
-            prep.sampling,
-            progress=req.progress,
-            name=scenario,
-            start_timeout_s=req.engine_start_timeout_s,
-            order=prep.request.offline_order,
-            output_lengths=prep.output_lengths,
-        )
-    # Server-like scenarios, and Offline with data parallelism: `vllm.LLM` refuses
-    # data_parallel_size > 1 in one process, while AsyncLLM runs one engine core per replica
-    # behind one front end and balances requests across them (one LoadGen SUT, no router).
-    from sut.server import ServerSUT
-
-    return ServerSUT.create(
-        prep.engine_config,
-        prep.dataset.prompts,
-        prep.sampling,
-        progress=req.progress,
-        name=scenario,
-        final_only=scenario == "Offline",  # no per-token outputs, no first-token reports
-        start_timeout_s=req.engine_start_timeout_s,
-        engine_stats=req.engine_stats,
-        output_lengths=prep.output_lengths,
-        dp_routing=req.dp_routing,
-    )
-
-
 # The caller's verification of a TEST06 test's LoadGen logs (the CLI passes the compliance
 # check, which writes TEST06/verify_accuracy.txt): the run layer runs it, the submission layer
 # defines it. Returns what result.json records under `test06` (at least "passed").
@@ -449,27 +393,6 @@ def run(
     return RunOutcome(result, result_path)
 
 
-@contextlib.contextmanager
-def still_going(
-    what: str, say: Callable[[str], None], every_s: float = STILL_GOING_S
-) -> Iterator[None]:
-    """While the block runs, a line every `every_s` seconds saying so, with the time it has
-    taken: a start that takes minutes is not a hang. `say` writes a line to the terminal."""
-    done = threading.Event()
-    t0 = time.monotonic()
-
-    def tick() -> None:
-        while not done.wait(every_s):
-            say(f"{what} ({time.monotonic() - t0:.0f} s)")
-
-    ticker = threading.Thread(target=tick, name="still-going", daemon=True)
-    ticker.start()
-    try:
-        yield
-    finally:
-        done.set()
-
-
 def local_path_arg(value: str) -> str:
     """A model or tokenizer argument for vLLM: a local folder as an absolute path, anything else
     (a hub name) as given. vLLM's workers open the folder themselves, each in its own working
@@ -492,13 +415,9 @@ def _run_tests(
     check_settings: SettingsCheck | None,
     check_test06: Test06Check | None = None,
 ) -> None:
-    """Engine start, warm-up and the LoadGen test(s); the result is written after each."""
-    import mlperf_loadgen as lg
-
-    from sut.qsl import TokenQSL
-
+    """The checks of the effective settings, then one engine session: warm-up, the LoadGen
+    test(s) and TEST06; the result is written after each."""
     req = prep.request
-    out = req.output
     settings = prep.settings
     if check_settings is not None:  # the effective settings are known only now
         verdict = check_settings(settings, prep)
@@ -522,38 +441,33 @@ def _run_tests(
         if plan is not None:
             result.issue_plan = plan.to_dict()
             print(plan.line(), flush=True)
-    audit = audit_path_for(out, req.audit_config)
 
-    qsl = TokenQSL(prep.dataset.prompts, settings.performance_sample_count_override or None)
-    t0 = time.monotonic()
-    print("starting the vLLM engine (a large model takes minutes)", flush=True)
-    # vLLM's processes' output, held until the start is decided; the resource tracker's to the log
-    start_log = EngineStartLog.begin(None if req.verbose else out / ENGINE_LOG)
+    session = EngineSession(prep, req.output, settings.performance_sample_count_override or None)
     try:
-        with still_going("the engine is still starting", start_log.say):
-            sut = build_sut(prep)
-    except BaseException as exc:  # the engine failed to start, or the start was interrupted
-        printed = start_log.failed()
-        qsl.destroy()
-        failed = isinstance(exc, Exception) and not isinstance(exc, EngineStartTimeout)
-        # vLLM's root cause, printed by its own processes, over the wrapper that reached us
-        cause = root_cause(printed) if failed else None
+        result.engine_start_s = session.start()
+    except BaseException as exc:
         result.status = ending_status(exc)
-        result.error = f"engine start failed: {cause or f'{type(exc).__name__}: {exc}'}"
+        result.error = session.start_error or f"{type(exc).__name__}: {exc}"
         result.write(result_path)
-        kept = ""
-        if printed.strip():
-            files.write_text(out / ENGINE_START_LOG, printed)
-            kept = f" (vLLM's output of the start: {out / ENGINE_START_LOG})"
-        if failed:  # one line instead of tracebacks from vLLM's processes
-            reason = cause or vllm_reason(exc)
-            raise EngineFailure(f"the vLLM engine did not start: {reason}{kept}") from exc
+        session.close()
         raise
-    start_log.started(None if req.verbose else out / ENGINE_LOG)
-    unroute = (lambda: None) if req.verbose else route_vllm_logger(out / ENGINE_LOG)
-    result.engine_start_s = round(time.monotonic() - t0, 2)
-    shown = "" if req.verbose else f" (vLLM's own output: {out / ENGINE_LOG}; --verbose shows it)"
-    print(f"engine started in {result.engine_start_s:.0f} s{shown}", flush=True)
+    try:
+        _run_on_engine(session, plan, result, result_path, check_test06)
+    finally:
+        session.close()
+
+
+def _run_on_engine(
+    session: EngineSession,
+    plan: Any,
+    result: RunResult,
+    result_path: Path,
+    check_test06: Test06Check | None,
+) -> None:
+    """The run's tests on the started engine; a failure is recorded with what vLLM said."""
+    prep, sut = session.prep, session.sut
+    req, out, settings = prep.request, prep.request.output, prep.settings
+    audit = audit_path_for(out, req.audit_config)
     resolved = resolved_settings(getattr(sut, "vllm_config", None))
     result.engine_resolved = resolved
     result.engine_resolved_args = resolved_engine_args(getattr(sut, "vllm_config", None))
@@ -571,69 +485,39 @@ def _run_tests(
         result.sut_stats = stats_by_mode.get("performance", stats_by_mode[mode])
         result.sut_stats_by_mode = stats_by_mode
 
-    stop_timeout_s = DEFAULT_STOP_TIMEOUT_S
     try:
         if req.warmup_samples:
             result.warmup = warm_up(sut, prep.dataset.prompts, req.warmup_samples)
         for mode in req.modes():
             set_mode(settings, mode)
             log_dir = out / mode
-            log_settings = build_log_settings(log_dir)
-            sut.reset_stats()
             # an audit.config changes what LoadGen issues after the plan was made: no total
             planned = None if req.audit_config else planned_samples(mode, plan, prep.dataset.size)
-            sut.begin_progress(mode, planned)
             profiling = req.profile is not None and mode == "performance"
             if profiling:
                 sut.profile(True)
-            run_loadgen_test(
-                lg,
-                sut,
-                qsl,
-                settings,
-                log_settings,
-                audit,
-                mode,
-                req.stall_timeout_s,
-                fatal=start_log.fatal,
+            session.test(
+                settings, build_log_settings(log_dir), audit, mode, progress=mode, planned=planned
             )
-            sut.end_progress()
-            if profiling and sut.error is None:
+            if profiling:
                 sut.profile(False)  # returns once every rank wrote its trace
                 result.profile = summarize(out / PROFILE_DIR)
                 print(brief(result.profile), flush=True)
-            if sut.error is not None:
-                raise EngineFailure(
-                    f"vLLM engine failed during the {mode} test: {describe_error(sut.error)}"
-                )
             if mode == "performance":
-                detail = parse_detail_log(log_dir / DETAIL_LOG)
-                perf = performance_result(log_dir, detail).to_dict()
-                result.performance = perf
-                add_cost(perf, req.price_per_hour)
-                if req.scenario != "Offline":
-                    add_latency_fields(perf, detail.values)
-                    title = f"{prep.loadgen_model} {req.scenario}"
-                    perf.update(
-                        record_timeline(sut, settings, out, title, prep.bench.server_limits)
-                    )
+                _record_performance(prep, sut, log_dir, result)
             else:
                 result.accuracy = {"log": str(log_dir / ACCURACY_LOG)}
             keep_stats(mode)
             result.write(result_path)
         if req.test06:
             mode = "TEST06"
-            _run_test06(
-                lg, sut, qsl, settings, out, req, prep, result, check_test06, start_log.fatal
-            )
+            _run_test06(session, result, check_test06)
             keep_stats(mode)
             result.write(result_path)
     except BaseException as exc:
         result.status = ending_status(exc)
         result.error = f"{type(exc).__name__}: {exc}"
-        said = None
-        if isinstance(exc, EngineFailure):  # a lost worker or peer first, else vLLM's first ERROR
-            said = start_log.fatal() or first_error(start_log.recent())
+        said = session.first_said() if isinstance(exc, EngineFailure) else None
         if said and said in str(exc):
             said = None  # the watchdog's own reason already (a worker's death, as vLLM logged it)
         # the engine died mid-run: its front end only heard "EngineDeadError"
@@ -642,65 +526,40 @@ def _run_tests(
         keep_stats(mode)
         result.write(result_path)
         if isinstance(exc, (KeyboardInterrupt, EngineFailure)):
-            # a dead engine has nothing to drain: stop it as after Ctrl-C (its core may sit
-            # minutes in a step whose worker is gone)
-            stop_timeout_s = INTERRUPT_STOP_TIMEOUT_S
+            session.stop_quickly()
         if why:
             raise EngineFailure(f"{exc}{why}") from exc
         raise
-    finally:
-        if loadgen_still_running():
-            # Ctrl-C or a dead engine while LoadGen still runs: its threads keep calling the SUT
-            # and QSL, so leave those allocated (the CLI exits the process right after) and stop
-            # only the engine, its processes and our threads. The samples still in flight are
-            # not answered: nobody waits for this test any more.
-            sut.handle = None
-            qsl.handle = None
-            sut.ledger.abandon()
-        sut.stop(stop_timeout_s)
-        qsl.destroy()
-        start_log.close()  # the engine's processes are gone: their output pipes are closed
-        unroute()
+
+
+def _record_performance(prep: PreparedRun, sut: Any, log_dir: Path, result: RunResult) -> None:
+    """The performance test's figures from its logs (and the timeline, Server-like)."""
+    req = prep.request
+    detail = parse_detail_log(log_dir / DETAIL_LOG)
+    perf = performance_result(log_dir, detail).to_dict()
+    result.performance = perf
+    add_cost(perf, req.price_per_hour)
+    if req.scenario != "Offline":
+        add_latency_fields(perf, detail.values)
+        title = f"{prep.loadgen_model} {req.scenario}"
+        perf.update(
+            record_timeline(sut, prep.settings, req.output, title, prep.bench.server_limits)
+        )
 
 
 def _run_test06(
-    lg: Any,
-    sut: Any,
-    qsl: Any,
-    settings: Any,
-    out: Path,
-    req: RunRequest,
-    prep: PreparedRun,
-    result: RunResult,
-    check_test06: Test06Check | None,
-    fatal: Callable[[], str | None] | None = None,
+    session: EngineSession, result: RunResult, check_test06: Test06Check | None
 ) -> None:
     """Compliance TEST06 on the running engine: a performance-mode test under the shipped
     TEST06 audit.config (LoadGen applies it to this test only), logs in OUTPUT/TEST06/performance,
     then the caller's verification of them."""
-    folder = out / TEST06_DIR
+    prep = session.prep
+    folder = prep.request.output / TEST06_DIR
     log_dir = folder / "performance"
     log_dir.mkdir(parents=True, exist_ok=True)
     audit = audit_path_for(folder, require_shipped(TEST06_AUDIT))
-    set_mode(settings, "performance")
-    sut.reset_stats()
-    sut.begin_progress("TEST06")
-    run_loadgen_test(
-        lg,
-        sut,
-        qsl,
-        settings,
-        build_log_settings(log_dir),
-        audit,
-        "TEST06",
-        req.stall_timeout_s,
-        fatal=fatal,
-    )
-    sut.end_progress()
-    if sut.error is not None:
-        raise EngineFailure(
-            f"vLLM engine failed during the TEST06 test: {describe_error(sut.error)}"
-        )
+    set_mode(prep.settings, "performance")
+    session.test(prep.settings, build_log_settings(log_dir), audit, "TEST06", progress="TEST06")
     result.test06 = {"log_dir": str(log_dir), "audit_config": TEST06_AUDIT}
     if check_test06 is not None:
         try:

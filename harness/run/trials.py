@@ -24,18 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from harness.run.logs import parse_detail_log, performance_result
-from harness.run.runner import (
-    EngineFailure,
-    PreparedRun,
-    add_latency_fields,
-    build_sut,
-    loadgen_still_running,
-    run_identity,
-    run_loadgen_test,
-)
+from harness.run.runner import PreparedRun, add_latency_fields, run_identity
+from harness.run.session import EngineSession
 from harness.run.settings import audit_path_for, build_log_settings
 from harness.run.timeline import judge_sustained, judge_trial, write_timeline
-from sut.engine import describe_error, resolved_engine_args
+from sut.engine import resolved_engine_args
 
 
 def trial_counts(qps: float, duration_s: float, min_queries: int, size: int) -> tuple[int, int]:
@@ -94,15 +87,11 @@ def _ms(v: float | None) -> str:
 
 
 class TrialEngine:
-    """Start the engine of `prep` once; run trials on it; `close()` stops it."""
+    """Start the engine of `prep` once (an EngineSession: vLLM's output in LOGS/engine.log, the
+    run's watches over every trial); run trials on it; `close()` stops it."""
 
     def __init__(self, prep: PreparedRun, logs: Path, *, ttft_ms=None, tpot_ms=None):
-        import mlperf_loadgen as lg
-
-        from sut.qsl import TokenQSL
-
-        self.lg, self.prep, self.logs = lg, prep, logs
-        logs.mkdir(parents=True, exist_ok=True)
+        self.prep, self.logs = prep, logs
         # Built once by prepare() (mlperf.conf + the user.conf; Interactive is LoadGen's Server
         # scenario under the `-interactive` model name); each trial sets only its own fields.
         self.settings = prep.settings
@@ -114,37 +103,26 @@ class TrialEngine:
         if tpot_ms:
             self.settings.tpot_latency = int(tpot_ms * 1e6)
         self.size = prep.dataset.size
+        self.session = EngineSession(prep, logs)
+        try:
+            self.engine_start_s = self.session.start()
+        except BaseException:
+            self.session.close()
+            raise
+        self.lg, self.sut = self.session.lg, self.session.sut
         self.audit = audit_path_for(logs, None)
         self.n = 0
-        self.qsl = TokenQSL(prep.dataset.prompts)
-        t0 = time.monotonic()
-        try:
-            self.sut = build_sut(prep)
-        except BaseException:
-            self.qsl.destroy()
-            raise
-        self.engine_start_s = time.monotonic() - t0
         self.trials: list[TrialResult] = []
 
     def _test(self, settings: Any, name: str) -> tuple[Path, float]:
         self.n += 1
         log_dir = self.logs / f"{self.n:02d}-{name}"
-        self.sut.reset_stats()
         t0 = time.monotonic()
-        run_loadgen_test(
-            self.lg,
-            self.sut,
-            self.qsl,
-            settings,
-            build_log_settings(log_dir),
-            self.audit,
-            "performance",
-            self.prep.request.stall_timeout_s,
-        )
-        if self.sut.error is not None:
-            raise EngineFailure(
-                f"vLLM engine failed during {name}: {describe_error(self.sut.error)}"
-            )
+        try:
+            self.session.test(settings, build_log_settings(log_dir), self.audit, name)
+        except BaseException:
+            self.session.stop_quickly()  # interrupted, or the engine failed: nothing to drain
+            raise
         return log_dir, time.monotonic() - t0
 
     def offline_rate(self, samples: int) -> dict[str, Any]:
@@ -239,15 +217,7 @@ class TrialEngine:
         return {**run_identity(self.prep), "engine_resolved_args": resolved}
 
     def close(self) -> None:
-        if loadgen_still_running():
-            # Interrupted mid-trial: LoadGen's thread still calls the SUT and QSL, so leave
-            # those allocated (the process exits right after), as the runner does.
-            self.sut.handle = None
-            self.qsl.handle = None
-        try:
-            self.sut.stop()
-        finally:
-            self.qsl.destroy()
+        self.session.close()
 
 
 def bounded_search(
