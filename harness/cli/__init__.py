@@ -92,6 +92,10 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     if note is not None:
         print(note, flush=True)
+    if not getattr(args, "verbose", False):  # vLLM's import-time lines to the run's engine.log
+        from harness.run.engine_log import hold_vllm_import_lines
+
+        hold_vllm_import_lines()
     from harness.proc import orphans, signals
 
     # SIGTERM and SIGINT end every command the same way; the handlers are the caller's again

@@ -317,9 +317,40 @@ class EngineStartLog:
         return "".join(h.end("drop").decode("utf-8", "replace") for h in self.held)
 
 
+# vLLM's loggers that speak when vLLM is imported, before any engine starts (the run's checks
+# import it): on a CPU build, Triton's "installed, but doesn't include CPU backend. Disabling
+# Triton." at every command. Held until the run's engine.log exists (route_vllm_logger).
+IMPORT_LOGGERS = ("vllm.triton_utils.importing",)
+_held_records: list[Any] = []
+
+
+class _HoldRecords:
+    """A logging filter that keeps a logger's records for later instead of letting them out."""
+
+    def filter(self, record: Any) -> bool:
+        _held_records.append(record)
+        return False
+
+
+_HOLDER = _HoldRecords()
+
+
+def hold_vllm_import_lines() -> None:
+    """Keep vLLM's import-time lines (IMPORT_LOGGERS) off the terminal: they go to the run's
+    engine.log with the rest of vLLM's output once the engine started. Call before vLLM is
+    imported; `--verbose` runs do not call it."""
+    import logging
+
+    for name in IMPORT_LOGGERS:
+        logger = logging.getLogger(name)
+        if _HOLDER not in logger.filters:
+            logger.addFilter(_HOLDER)
+
+
 def route_vllm_logger(path: str | os.PathLike[str]) -> Callable[[], None]:
     """vLLM's logger in this process (its front end's lines: shutdown steps, deprecations)
-    into `path` as well, instead of the terminal; returns what puts it back."""
+    into `path` as well, instead of the terminal; returns what puts it back. The lines held
+    since vLLM's import (hold_vllm_import_lines) are written there first."""
     import logging
 
     swapped: list[tuple[logging.StreamHandler, Any]] = []
@@ -327,6 +358,10 @@ def route_vllm_logger(path: str | os.PathLike[str]) -> Callable[[], None]:
         stream = open(path, "a", encoding="utf-8")  # noqa: SIM115 (closed by the returned undo)
     except OSError:
         return lambda: None
+    held, _held_records[:] = list(_held_records), []
+    for record in held:
+        stream.write(f"{record.levelname} {record.name}: {record.getMessage()}\n")
+    stream.flush()
     for handler in logging.getLogger("vllm").handlers:
         if isinstance(handler, logging.StreamHandler) and not isinstance(
             handler, logging.FileHandler

@@ -1,0 +1,61 @@
+"""vLLM's own lines in this process: held from its import until the run's engine.log exists,
+then written there; nothing of it on the terminal unless asked (--verbose)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+# A stand-in for vLLM's logging set-up (a stream handler on "vllm" writing to stdout) and for
+# its import-time warning, logged at the logger vLLM uses for it.
+SCRIPT = textwrap.dedent(
+    """
+    import logging, sys
+    from harness.run.engine_log import hold_vllm_import_lines, route_vllm_logger
+    if sys.argv[2] == "hold":
+        hold_vllm_import_lines()
+    vllm = logging.getLogger("vllm")
+    vllm.addHandler(logging.StreamHandler(sys.stdout))
+    vllm.setLevel(logging.INFO)
+    logging.getLogger("vllm.triton_utils.importing").warning(
+        "Triton is installed, but doesn't include CPU backend. Disabling Triton."
+    )
+    print("ours: the engine started", flush=True)
+    undo = route_vllm_logger(sys.argv[1])
+    logging.getLogger("vllm.entrypoints").info("shutting down")
+    undo()
+    """
+)
+
+
+def _run(tmp_path: Path, mode: str) -> tuple[str, str]:
+    log = tmp_path / f"{mode}.log"
+    proc = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(log), mode],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout + proc.stderr, log.read_text()
+
+
+def test_vllms_import_time_line_waits_for_the_runs_engine_log(tmp_path):
+    screen, log = _run(tmp_path, "hold")
+    assert screen == "ours: the engine started\n"
+    lines = log.splitlines()
+    assert lines[0] == (
+        "WARNING vllm.triton_utils.importing: Triton is installed, but doesn't include CPU "
+        "backend. Disabling Triton."
+    )
+    assert lines[1:] == ["shutting down"]
+
+
+def test_verbose_keeps_it_on_the_terminal(tmp_path):
+    screen, log = _run(tmp_path, "verbose")
+    assert "Disabling Triton." in screen and "Disabling Triton" not in log
