@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sut import responses
+from sut.reaper import terminate_then_kill
 
 log = logging.getLogger(__name__)
 
@@ -361,17 +362,7 @@ def reap(
         [p.pid for p in alive],
     )
     segments = engine_segments(alive)
-    still = alive
-    if not kill_at_once:
-        for p in alive:
-            with contextlib.suppress(psutil.Error):
-                p.terminate()
-                p.resume()  # SIGCONT: a stopped process only acts on SIGTERM once continued
-        _, still = psutil.wait_procs(alive, timeout=grace_s)
-    for p in still:
-        with contextlib.suppress(psutil.Error):
-            p.kill()
-    psutil.wait_procs(still, timeout=grace_s)
+    terminate_then_kill(alive, grace_s, continue_stopped=True, kill_at_once=kill_at_once)
     for path in segments:
         with contextlib.suppress(OSError):
             os.unlink(path)
