@@ -43,7 +43,7 @@ falling behind, which only the backlog's trend shows. Recording costs two clock 
 tuple per sample.
 
 Failures and shutdown
-- Every sample is answered through the ledger (sut.lifecycle): exactly once, first token
+- Every sample is answered through the ledger (sut.ledger): exactly once, first token
   before completion, whatever fails. Any exception (the engine died, a request failed, a
   report to LoadGen failed) sets `error`, cancels the streams and answers every outstanding
   sample, empty where it produced nothing; later samples are answered empty at once, so
@@ -70,20 +70,12 @@ from typing import Any
 
 import mlperf_loadgen as lg
 
-from sut.engine import SampleParams, describe_error
+from sut.engine import SampleParams, describe_error, tokens_prompt
 from sut.engine_stats import WARMUP_PREFIX
-from sut.lifecycle import (
-    DEFAULT_STOP_TIMEOUT_S,
-    EngineStartTimeout,
-    EngineSUT,
-    Ledger,
-    Progress,
-    SUTStats,
-    descendants,
-    new_processes,
-    reap,
-    tokens_prompt,
-)
+from sut.ledger import Ledger
+from sut.lifecycle import DEFAULT_STOP_TIMEOUT_S, EngineStartTimeout, EngineSUT
+from sut.progress import Progress, SUTStats
+from sut.reaper import descendants, new_processes, reap
 from sut.routing import (
     DEFAULT_ROUTING,
     LeastWorkRouter,
