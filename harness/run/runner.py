@@ -51,7 +51,7 @@ from harness.run.engine_log import (
     route_vllm_logger,
 )
 from harness.run.environment import RUN_VERSION_DISTS, engine_env_vars, installed_versions
-from harness.run.loadgen_test import EngineFailure, loadgen_still_running, run_loadgen_test
+from harness.run.loadgen_call import EngineFailure, loadgen_still_running, run_loadgen_test
 from harness.run.logs import ACCURACY_LOG, DETAIL_LOG, parse_detail_log, performance_result
 from harness.run.preflight_model import check_local_devices, check_model_tokenizer
 from harness.run.profile import (
