@@ -4,7 +4,7 @@ The engine starts on a helper thread (`start_engine`), so a start that never end
 its limit and Ctrl-C is taken at once; during a test the runner's watchdog (`EngineSUT.check`)
 fails the SUT when its engine died or stalled; `stop` answers what is outstanding, shuts the
 engine down and reaps its processes (sut.reaper). The samples themselves are answered through
-the ledger (sut.ledger); stats and the progress bar are sut.progress's.
+the ledger (sut.ledger); the stats are sut.stats's, the progress bar sut.progress's.
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from sut.ledger import Ledger
-from sut.progress import Progress, SUTStats
+from sut.progress import Progress
 from sut.reaper import descendants, new_processes, reap
+from sut.stats import SUTStats
 
 log = logging.getLogger(__name__)
 

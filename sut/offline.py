@@ -27,8 +27,9 @@ import mlperf_loadgen as lg
 from sut.engine import SampleParams, tokens_prompt
 from sut.ledger import Ledger
 from sut.lifecycle import DEFAULT_STOP_TIMEOUT_S, EngineSUT, engine_dead_error
-from sut.progress import Progress, SUTStats
+from sut.progress import Progress
 from sut.reaper import exited, reap
+from sut.stats import SUTStats
 
 log = logging.getLogger(__name__)
 

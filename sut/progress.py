@@ -1,28 +1,12 @@
-"""What the SUT saw during one LoadGen test (SUTStats), and its progress bar."""
+"""A LoadGen test's progress bar: completed samples and live output tokens/s."""
 
 from __future__ import annotations
 
 import functools
 import time
-from dataclasses import dataclass
 from typing import Any
 
-
-@dataclass
-class SUTStats:
-    """What the SUT saw during one LoadGen test, JSON-able through `vars()`."""
-
-    issued: int = 0
-    completed: int = 0
-    output_tokens: int = 0
-    failed_samples: int = 0  # answered without a (full) generation: engine error, stall, stop
-    first_issue_s: float = 0.0
-    last_complete_s: float = 0.0
-
-    @property
-    def tokens_per_second(self) -> float:
-        span = self.last_complete_s - self.first_issue_s
-        return self.output_tokens / span if span > 0 else 0.0
+from sut.stats import SUTStats
 
 
 @functools.cache
