@@ -73,9 +73,9 @@
 #                          CNN/DailyMail length profile) through `mlperf-vllm run`
 # Needs vLLM on the machine: on the lent offline GPU machine, stage it first with the gpu-stage
 # kit (its README: two commands), then run this with `.gpu-stage/bin` sent along (once this tree
-# no longer fits beside the kit's 62 MB pieces in a 64 MiB call, send bench/stage_pieces.sh's
-# instead: `cut` here, `recv` there, one call per piece). Results go to
-# $OUT (or bench/gpu-out) as logs and JSON; bench/RESULTS.md records what was measured.
+# no longer fits beside the kit's 62 MB pieces in a 64 MiB call, send the pieces of
+# bench/device/stage_pieces.sh instead: `cut` here, `recv` there, one call per piece). Results go
+# to $OUT (or bench/gpu-out) as logs and JSON; bench/record/RESULTS.md records what was measured.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if [ -f .gpu-stage/bin/env.sh ]; then source .gpu-stage/bin/env.sh; fi
@@ -346,7 +346,7 @@ case "${1:-all}" in
     #      1.3 x the queries that issues (one pass over that many samples: the count, not the
     #      duration, ends the run, so LoadGen pads no second pass), engine stats on; line
     #      STACK_SRV (default 512 tokens a step: the 405B's 175 ms TPOT limit at this per-GPU
-    #      share, bench/RESULTS.md)
+    #      share, bench/record/RESULTS.md)
     #   3. the accuracy path: MODE=accuracy on N_ACC samples (default 16), outputs to 2,000
     # Each step in $OUT/offline, server, accuracy; STEPS (default "1 2 3") picks some
     shift; tp=${1:?tensor parallel size}; shift; base=$OUT
@@ -505,7 +505,7 @@ PY
     #   down     ray stop
     #   mp-off, mp-cal  the same two on MP_LAYOUT (GPUs 0-3, no Ray)
     # STACK defaults to --gpu-memory-utilization 0.85 for both layouts: at vLLM's 0.9 the PP
-    # stage's first 16,384-token step ran out of memory on 80 GB cards (bench/RESULTS.md).
+    # stage's first 16,384-token step ran out of memory on 80 GB cards (bench/record/RESULTS.md).
     # The raylets run in the directory they were started from: a second `detach` (which
     # replaces $HOME/gpu-job/repo) needs `up` again, or every Ray worker dies at its start.
     # CPU dry runs: RAY_LAYOUT="--tensor-parallel-size 2", GPUS_PER_NODE=1, the tests' Ray
@@ -513,7 +513,7 @@ PY
     # RAY_LAYOUT instead of the 70b-2node recipe)
     shift; base=$OUT; head=${HEAD_NODE:-127.0.0.1}; second=${SECOND_NODE:-127.0.0.2}
     export STACK=${STACK---gpu-memory-utilization 0.85}; read -r -a STACK_ARGS <<< "$STACK"
-    [ -d "$HOME/site/bin" ] && export PATH=$HOME/site/bin:$PATH  # bench/stage_pieces.sh's `ray`
+    [ -d "$HOME/site/bin" ] && export PATH=$HOME/site/bin:$PATH  # bench/device/stage_pieces.sh's `ray`
     export RAY_USAGE_STATS_ENABLED=0
     read -r -a ray_layout <<< "${RAY_LAYOUT:---tensor-parallel-size 2 --pipeline-parallel-size 2}"
     ray_layout+=(--distributed-executor-backend ray)

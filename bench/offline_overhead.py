@@ -19,7 +19,9 @@ import json
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 
 def parse_args() -> argparse.Namespace:
@@ -164,11 +166,21 @@ def main() -> None:
     sides = {"raw": raw, "sut": ours}
     if not args.skip_reference:
         sides["reference"] = reference
+    rates = alternate(sides, args.repeats, args.reference_once)
+    shutdown_llm(llm)
+    qsl.destroy()
+    report(rates, n, config.describe(), args.json)
+
+
+def alternate(
+    sides: dict[str, Callable[[], tuple[float, int]]], repeats: int, reference_once: bool
+) -> dict[str, list[float]]:
+    """Each side's output tokens/s per repeat, the side that goes first alternating."""
     rates: dict[str, list[float]] = {k: [] for k in sides}
     order = list(sides)
-    for r in range(args.repeats):
+    for r in range(repeats):
         for name in order:
-            if name == "reference" and args.reference_once and rates["reference"]:
+            if name == "reference" and reference_once and rates["reference"]:
                 continue
             dt, tokens = sides[name]()
             rates[name].append(tokens / dt)
@@ -178,9 +190,11 @@ def main() -> None:
                 flush=True,
             )
         order = order[1:] + order[:1]  # alternate which side goes first
-    shutdown_llm(llm)
-    qsl.destroy()
+    return rates
 
+
+def report(rates: dict[str, list[float]], n: int, engine_args: Any, json_path: Path | None) -> None:
+    """The medians and spreads per side, the ratios b/a and b/c; with --json, the same as JSON."""
     med = {k: statistics.median(v) for k, v in rates.items()}
     print("\nside        median tok/s     min      max")
     for k, v in rates.items():
@@ -189,15 +203,15 @@ def main() -> None:
     print(f"\nours / raw engine       b/a = {b_a:.3f}")
     if "reference" in med:
         print(f"ours / reference (x16)  b/c = {med['sut'] / med['reference']:.2f}")
-    if args.json:
-        args.json.write_text(
+    if json_path:
+        json_path.write_text(
             json.dumps(
                 {
                     "rates": rates,
                     "median": med,
                     "b_over_a": b_a,
                     "samples": n,
-                    "engine_args": config.describe(),
+                    "engine_args": engine_args,
                 },
                 indent=2,
             )

@@ -514,6 +514,12 @@ def make_sampling_params(
     )
 
 
+def tokens_prompt(prompt_token_ids: list[int]) -> dict[str, Any]:
+    """`vllm.inputs.TokensPrompt(prompt_token_ids=...)`: a TypedDict, so a plain dict at run
+    time. Built here so the SUT modules need no vllm import (seconds) until an engine starts."""
+    return {"prompt_token_ids": prompt_token_ids}
+
+
 class SampleParams:
     """The sampling parameters of each sample index: the run's own, or, given per-sample output
     lengths, the run's own with that sample's `max_tokens`. With `ignore_eos` on (dummy

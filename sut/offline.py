@@ -7,7 +7,7 @@ engine's step loop (the loop `LLM.generate` runs internally) and completes each 
 LoadGen the moment vLLM reports it finished. Continuous batching stays full until the end.
 
 Failures: any exception in the worker (adding a request, a step, reporting) sets `error` and
-answers every outstanding sample, empty, through the ledger (sut.lifecycle), so LoadGen ends
+answers every outstanding sample, empty, through the ledger (sut.ledger), so LoadGen ends
 and writes its logs; the runner then fails the run with that error.
 """
 
@@ -24,18 +24,12 @@ from typing import Any
 
 import mlperf_loadgen as lg
 
-from sut.engine import SampleParams
-from sut.lifecycle import (
-    DEFAULT_STOP_TIMEOUT_S,
-    EngineSUT,
-    Ledger,
-    Progress,
-    SUTStats,
-    engine_dead_error,
-    exited,
-    reap,
-    tokens_prompt,
-)
+from sut.engine import SampleParams, tokens_prompt
+from sut.ledger import Ledger
+from sut.lifecycle import DEFAULT_STOP_TIMEOUT_S, EngineSUT, engine_dead_error
+from sut.progress import Progress
+from sut.reaper import exited, reap
+from sut.stats import SUTStats
 
 log = logging.getLogger(__name__)
 

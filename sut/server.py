@@ -43,7 +43,7 @@ falling behind, which only the backlog's trend shows. Recording costs two clock 
 tuple per sample.
 
 Failures and shutdown
-- Every sample is answered through the ledger (sut.lifecycle): exactly once, first token
+- Every sample is answered through the ledger (sut.ledger): exactly once, first token
   before completion, whatever fails. Any exception (the engine died, a request failed, a
   report to LoadGen failed) sets `error`, cancels the streams and answers every outstanding
   sample, empty where it produced nothing; later samples are answered empty at once, so
@@ -65,25 +65,16 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import mlperf_loadgen as lg
 
-from sut.engine import SampleParams, describe_error
+from sut.engine import SampleParams, describe_error, tokens_prompt
 from sut.engine_stats import WARMUP_PREFIX
-from sut.lifecycle import (
-    DEFAULT_STOP_TIMEOUT_S,
-    EngineStartTimeout,
-    EngineSUT,
-    Ledger,
-    Progress,
-    SUTStats,
-    descendants,
-    new_processes,
-    reap,
-    tokens_prompt,
-)
+from sut.ledger import Ledger
+from sut.lifecycle import DEFAULT_STOP_TIMEOUT_S, EngineStartTimeout, EngineSUT
+from sut.progress import Progress
+from sut.reaper import descendants, new_processes, reap
 from sut.routing import (
     DEFAULT_ROUTING,
     LeastWorkRouter,
@@ -91,6 +82,7 @@ from sut.routing import (
     engines_to_route,
     mean_length,
 )
+from sut.stats import ServerStats, Timeline
 
 log = logging.getLogger(__name__)
 
@@ -102,51 +94,6 @@ PROFILE_CALL_TIMEOUT_S = 300.0
 
 # The async engine logs throughput every few seconds by default; LoadGen measures that itself.
 SERVER_ENGINE_DEFAULTS: Mapping[str, Any] = {"disable_log_stats": True}
-
-
-@dataclass
-class ServerStats(SUTStats):
-    """What the SUT saw, JSON-able through `vars()` (the runner stores it as `sut_stats`)."""
-
-    in_flight: int = 0
-    peak_in_flight: int = 0  # most samples issued and not yet completed at one moment
-    engine_in_flight: int = 0
-    peak_engine_in_flight: int = 0  # most requests inside vLLM at one moment
-    first_tokens_reported: int = 0
-    engine_outputs: int = 0  # outputs the engine streamed back (final-only: one per sample)
-    # Order of the LoadGen calls per sample, checked as they are made.
-    first_token_before_complete: int = 0
-    first_token_order_violations: int = 0
-    single_token_outputs: int = 0
-    loadgen_first_token_calls: int = 0
-    loadgen_complete_calls: int = 0
-    # data parallel: "ours" or "vllm"; per engine what our router sent (None: one engine, or
-    # vLLM's routing, which the SUT does not see)
-    dp_routing: str | None = None
-    routed: list[dict[str, int]] | None = None
-    # per engine, the requests of the test that vLLM's engines finished and their prompt
-    # tokens, by the engine index they report (run with engine stats; warm-up not counted)
-    engine_served: list[dict[str, int]] | None = None
-
-
-@dataclass
-class Timeline:
-    """What one LoadGen test looked like from the SUT, in `time.monotonic()` seconds.
-
-    `samples`: (issued, first token, completed, tokens) per answered sample (first token is the
-    completion time when none came before it). `gauges`: (time, issued, completed, in the
-    engine), sampled every GAUGE_PERIOD_S while the test runs.
-    """
-
-    samples: list[tuple[float, float, float, int]]
-    gauges: list[tuple[float, int, int, int]]
-    # (time, running, waiting, KV cache use 0-1, preemptions so far): vLLM's own scheduler
-    # stats at each gauge, when the SUT was built with engine_stats (else empty)
-    engine: list[tuple[float, int, int, float, int]] = field(default_factory=list)
-    # Data parallel, per engine at each gauge: vLLM's (running, waiting) when built with
-    # engine_stats, and what our router has in flight / awaiting a first token there
-    engines: list[tuple[float, tuple[tuple[int, int], ...]]] = field(default_factory=list)
-    routed: list[tuple[float, tuple[tuple[int, int], ...]]] = field(default_factory=list)
 
 
 class ServerSUT(EngineSUT):

@@ -130,7 +130,7 @@ def main(case: str, out: Path) -> None:
     import mlperf_loadgen as lg
 
     from harness.run.engine_log import EngineStartLog
-    from harness.run.loadgen_test import EngineFailure, run_loadgen_test
+    from harness.run.loadgen_call import EngineFailure, run_loadgen_test
     from harness.run.settings import build_log_settings
     from sut import responses
     from sut.qsl import TokenQSL

@@ -257,8 +257,9 @@ def test_help_states_defaults_once():
     assert "(default 300; 0: never)" in run and "never) (default" not in run
     sweep = _help("sweep")
     assert "(default 0.02)" in sweep and "(default: 0.02)" not in sweep
+    assert "--samples SAMPLES rows to write (default: 64)" in _help("make-dataset")
     # an option without help text still shows its default
-    assert "--samples SAMPLES (default: 64)" in _help("make-dataset")
+    assert "--division {closed,open,network} (default: closed)" in _help("package")
     assert "(default: 1.25)" in _help("calibrate")
 
 

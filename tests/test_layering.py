@@ -53,7 +53,8 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "harness.files": SHARED,
     "harness.folder_lock": SHARED,
     "harness.resources": SHARED,
-    "harness.proc": SHARED,
+    # the one way processes are stopped, shared with the SUT's reaper (it imports nothing)
+    "harness.proc": (*SHARED, "sut.reaper"),
     "harness.run": (*SHARED, *RUN, "sut", "evaluation"),
     "harness.tracking": (*SHARED, *RUN, "harness.tracking"),
     "harness.submission": (*SHARED, *RUN, "harness.submission", "evaluation"),

@@ -47,9 +47,9 @@ def test_the_8b_on_one_h200_matches_what_vllm_reported():
 @pytest.mark.parametrize(
     "layers, tp, step, blocks",
     [
-        (16, 1, 2048, 141_232),  # bench/results/h200-405b: the Offline engine (LLM)
+        (16, 1, 2048, 141_232),  # bench/record/results/h200-405b: the Offline engine (LLM)
         (16, 1, 2048, 148_144),  # its Server engine (AsyncLLM)
-        (63, 2, 2048, 30_174),  # bench/results/h200x2-405b: Offline, a cold start
+        (63, 2, 2048, 30_174),  # bench/record/results/h200x2-405b: Offline, a cold start
         (63, 2, 2048, 31_848),  # the accuracy run, the same line from the compile cache
         (63, 2, 512, 30_223),  # the Server line
     ],

@@ -8,7 +8,8 @@ from __future__ import annotations
 import re
 
 from harness.run.settings import IssuePlan, planned_samples
-from sut.lifecycle import Progress, SUTStats
+from sut.progress import Progress
+from sut.stats import SUTStats
 
 BAR = re.compile(r"([A-Za-z0-9 ]+):\s+\d+%\|[^|]*\|\s*(\d+)/(\d+)")
 

@@ -92,7 +92,7 @@ def test_the_first_error_vllm_logged_is_the_reason_not_its_traceback():
 
 
 # what vLLM 0.26 printed on four H100s when a pipeline-parallel step ran out of memory
-# (bench/results/h100-x4-ray-pp/first-try-oom): the cause sits inside a "see above" wrapper
+# (bench/record/results/h100-x4-ray-pp/first-try-oom): the cause sits inside a "see above" wrapper
 OOM = (
     "(EngineCore pid=6201) ERROR 11-28 01:29:57 [core.py:1332] EngineCore encountered a fatal error.\n"
     "(EngineCore pid=6201) ERROR 11-28 01:29:57 [core.py:1332] Traceback (most recent call last):\n"

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sut.lifecycle import engine_segments
+from sut.reaper import engine_segments
 from tests.conftest import SERVER_MAX_TOKENS, SERVER_WARMUP, cli, run_args
 from tests.procs import (
     assert_all_gone,

@@ -310,7 +310,7 @@ def test_sigkill_of_the_main_process_leaves_no_shared_memory_of_its_engine():
 def test_reaping_an_engine_process_unlinks_the_shared_memory_it_maps():
     """What the SUT's stop does with engine processes left running: they go, and so do the
     segments of vLLM's queues they map, which nobody else would unlink."""
-    from sut.lifecycle import reap
+    from sut.reaper import reap
 
     child = subprocess.Popen(
         [sys.executable, "-c", SHM_CHILD],

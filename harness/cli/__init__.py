@@ -62,7 +62,7 @@ def _exit_now_if_loadgen_running(code: int) -> None:
     early), or an abandoned engine start; leaving through interpreter shutdown would let them
     call into a finalizing Python. The engine is already stopped and the logs are on disk:
     exit at once."""
-    from harness.run.loadgen_test import loadgen_still_running
+    from harness.run.loadgen_call import loadgen_still_running
     from sut.engine import remove_ipc_dirs
     from sut.lifecycle import engine_start_abandoned
 

@@ -15,6 +15,8 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
+from sut.reaper import terminate_then_kill
+
 TERMINATE_GRACE_S = 30.0
 EXIT_TIMEOUT = 124
 
@@ -24,20 +26,16 @@ def end_group(proc: subprocess.Popen, grace_s: float = TERMINATE_GRACE_S) -> Non
     import psutil
 
     try:
-        family = psutil.Process(proc.pid).children(recursive=True)
+        leader = psutil.Process(proc.pid)
+        family = leader.children(recursive=True)
     except psutil.Error:
-        family = []
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(grace_s)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    for p in family:  # a process that left the group (setsid) is still ours
-        with contextlib.suppress(psutil.Error):
-            p.kill()
+        leader, family = None, []
+    # The grace period waits for the child alone: its `run` shuts its engine down before it
+    # exits, and what is left of the group after that is killed at once.
+    terminate_then_kill([leader] if leader else [], grace_s, kill_wait_s=5, group=proc.pid)
+    # a process that left the group (setsid) is still ours
+    terminate_then_kill(family, 5, kill_at_once=True)
     proc.wait()
-    psutil.wait_procs(family, timeout=5)
 
 
 def run_child(

@@ -31,7 +31,7 @@ the terminal's process group or a scheduler's SIGTERM must leave it there to cle
 the main process. It ends by itself with the main process.
 
 This file is also the guard's script (`python orphans.py PID`): it imports only the standard
-library and psutil, so it starts fast and needs nothing of the package.
+library, psutil and sut.reaper (which imports nothing of the package), so it starts fast.
 """
 
 from __future__ import annotations
@@ -51,6 +51,11 @@ import uuid
 from collections.abc import Iterator
 
 import psutil
+
+if __name__ == "__main__":  # run by path: sut.reaper of this checkout, not of an installed copy
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+from sut.reaper import terminate_then_kill
 
 POLL_S = 1.0
 GRACE_S = 5.0
@@ -153,17 +158,6 @@ def _unlink(segments: set[str]) -> None:
             os.unlink(path)
 
 
-def _stop(procs: list[psutil.Process], grace_s: float) -> None:
-    for p in procs:
-        with contextlib.suppress(psutil.Error):
-            p.terminate()
-    _, alive = psutil.wait_procs(procs, timeout=grace_s)
-    for p in alive:
-        with contextlib.suppress(psutil.Error):
-            p.kill()
-    psutil.wait_procs(alive, timeout=grace_s)
-
-
 def watch(
     parent: int, token: str | None = None, poll_s: float = POLL_S, grace_s: float = GRACE_S
 ) -> None:
@@ -196,7 +190,7 @@ def watch(
         segments |= _segments(list(left))  # what they map now, before they go
         if round_ == 0:
             _announce(parent, list(left.values()))
-        _stop(list(left.values()), grace_s)
+        terminate_then_kill(list(left.values()), grace_s)
     _unlink(segments)
 
 

@@ -41,7 +41,7 @@ from harness.run.checks import (
 )
 from harness.run.cost import add_cost
 from harness.run.environment import RUN_VERSION_DISTS, engine_env_vars, installed_versions
-from harness.run.loadgen_test import EngineFailure
+from harness.run.loadgen_call import EngineFailure
 from harness.run.logs import ACCURACY_LOG, DETAIL_LOG, parse_detail_log, performance_result
 from harness.run.preflight_model import check_local_devices, check_model_tokenizer
 from harness.run.profile import (

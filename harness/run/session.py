@@ -32,7 +32,7 @@ from harness.run.engine_log import (
     root_cause,
     route_vllm_logger,
 )
-from harness.run.loadgen_test import EngineFailure, loadgen_still_running, run_loadgen_test
+from harness.run.loadgen_call import EngineFailure, loadgen_still_running, run_loadgen_test
 from harness.run.ray_cluster import mark_ray_workers
 from sut.engine import describe_error, vllm_reason
 from sut.lifecycle import DEFAULT_STOP_TIMEOUT_S, INTERRUPT_STOP_TIMEOUT_S, EngineStartTimeout

@@ -20,7 +20,7 @@ A window shorter than three median latencies, or with fewer than MIN_WINDOW_SAMP
 cannot tell a queue that grows from one that fills: the verdict is then "not judged" and a
 calibration trial so judged does not pass (make it longer).
 
-The SUT records the raw events (sut.server.Timeline); this module turns them into the verdict,
+The SUT records the raw events (sut.stats.Timeline); this module turns them into the verdict,
 a compact per-second series (timeline.json) and a chart (timeline.png) beside result.json.
 """
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
@@ -163,199 +163,241 @@ def stray_audit_files(*folders: Path) -> tuple[str, ...]:
     return tuple(seen)
 
 
-def check(
-    eff: EffectiveSettings, bench: Benchmark, scenario: str, facts: RunFacts
-) -> list[Finding]:
-    """Every reason this run cannot be a valid closed-division submission result."""
-    out: list[Finding] = []
-    conf = f"user_confs/{bench.name.removesuffix('-interactive')}/{scenario.lower()}.conf"
+Problem = tuple[str, str]  # (problem, fix), as a Finding words them
 
-    if eff.min_duration_ms < SUBMISSION_MIN_DURATION_MS:
-        out.append(
-            Finding(
-                "min_duration",
-                f"min_duration {eff.min_duration_ms} ms is below {SUBMISSION_MIN_DURATION_MS} ms",
-                f"remove the min_duration line from the user.conf, e.g. use {conf}",
-            )
+
+@dataclass(frozen=True)
+class Subject:
+    """What the rules read: the effective settings, the benchmark, the scenario asked for and
+    the other facts of the run."""
+
+    eff: EffectiveSettings
+    bench: Benchmark
+    scenario: str
+    facts: RunFacts
+
+    @property
+    def conf(self) -> str:
+        """The shipped user.conf for this benchmark and scenario."""
+        return f"user_confs/{self.bench.name.removesuffix('-interactive')}/{self.scenario.lower()}.conf"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One named rule: `problems` yields what is wrong (nothing when the run keeps it).
+    `scenarios`: the LoadGen scenarios it judges (empty: all); `fatal` False: advice only."""
+
+    name: str
+    problems: Callable[[Subject], Iterator[Problem]]
+    scenarios: tuple[str, ...] = ()
+    fatal: bool = True
+
+
+def _min_duration(s: Subject) -> Iterator[Problem]:
+    if s.eff.min_duration_ms < SUBMISSION_MIN_DURATION_MS:
+        yield (
+            f"min_duration {s.eff.min_duration_ms} ms is below {SUBMISSION_MIN_DURATION_MS} ms",
+            f"remove the min_duration line from the user.conf, e.g. use {s.conf}",
         )
 
-    if eff.scenario == "Offline":
-        spq = eff.offline_samples_per_query
-        if spq < bench.total_sample_count:
-            out.append(
-                Finding(
-                    "offline_query",
-                    f"the Offline query has {spq} samples, fewer than the dataset's "
-                    f"{bench.total_sample_count}",
-                    f"set min_query_count >= {bench.total_sample_count} or drop the line "
-                    "(mlperf.conf has it)",
-                )
-            )
-        if eff.offline_expected_qps == LOADGEN_DEFAULT_QPS:
-            out.append(
-                Finding(
-                    "offline_expected_qps",
-                    "offline_expected_qps is LoadGen's default 1 (not calibrated): a system "
-                    f"faster than {bench.total_sample_count / (eff.min_duration_ms / 1000 or 1):.1f}"
-                    " samples/s ends before min_duration and the run is INVALID",
-                    "run `mlperf-vllm calibrate` and use the user.conf it writes",
-                )
-            )
-    elif eff.scenario == "Server":
-        if eff.server_target_qps == LOADGEN_DEFAULT_QPS:
-            out.append(
-                Finding(
-                    "server_target_qps",
-                    "target_qps is LoadGen's default 1 (valid, but likely far below this "
-                    "system's peak)",
-                    "run `mlperf-vllm calibrate --scenario " + scenario + "`",
-                    fatal=False,
-                )
-            )
-        issued = eff.server_queries
-        if issued < EARLY_STOPPING_NONE_OVER:
-            out.append(
-                Finding(
-                    "early_stopping",
-                    f"the run issues about {issued} queries ({eff.server_target_qps:g} QPS for "
-                    f"{eff.min_duration_ms / 1000:g} s, min_query_count {eff.min_query_count}): "
-                    f"LoadGen's early stopping certifies a p99 only from {EARLY_STOPPING_NONE_OVER}"
-                    f" queries (none over a limit), {EARLY_STOPPING_MIN_QUERIES} with one, so the "
-                    "run is INVALID however fast the engine",
-                    f"set min_query_count = {EARLY_STOPPING_MIN_QUERIES} for this scenario in the "
-                    "user.conf",
-                )
-            )
 
-    if eff.performance_sample_count != bench.performance_sample_count:
-        out.append(
-            Finding(
-                "performance_sample_count",
-                f"performance_sample_count is {eff.performance_sample_count}, the benchmark's is "
-                f"{bench.performance_sample_count}",
-                "remove performance_sample_count_override from the user.conf",
-            )
-        )
-    if facts.dataset_size != bench.total_sample_count:
-        out.append(
-            Finding(
-                "dataset",
-                f"the dataset has {facts.dataset_size} samples, {bench.name}'s has "
-                f"{bench.total_sample_count}",
-                f"use the full {bench.dataset_description}",
-            )
+def _offline_query(s: Subject) -> Iterator[Problem]:
+    spq, total = s.eff.offline_samples_per_query, s.bench.total_sample_count
+    if spq < total:
+        yield (
+            f"the Offline query has {spq} samples, fewer than the dataset's {total}",
+            f"set min_query_count >= {total} or drop the line (mlperf.conf has it)",
         )
 
-    ref = facts.reference_seeds
-    rnd = facts.round
+
+def _offline_expected_qps(s: Subject) -> Iterator[Problem]:
+    if s.eff.offline_expected_qps == LOADGEN_DEFAULT_QPS:
+        rate = s.bench.total_sample_count / (s.eff.min_duration_ms / 1000 or 1)
+        yield (
+            "offline_expected_qps is LoadGen's default 1 (not calibrated): a system "
+            f"faster than {rate:.1f} samples/s ends before min_duration and the run is INVALID",
+            "run `mlperf-vllm calibrate` and use the user.conf it writes",
+        )
+
+
+def _server_target_qps(s: Subject) -> Iterator[Problem]:
+    if s.eff.server_target_qps == LOADGEN_DEFAULT_QPS:
+        yield (
+            "target_qps is LoadGen's default 1 (valid, but likely far below this system's peak)",
+            "run `mlperf-vllm calibrate --scenario " + s.scenario + "`",
+        )
+
+
+def _early_stopping(s: Subject) -> Iterator[Problem]:
+    eff = s.eff
+    issued = eff.server_queries
+    if issued < EARLY_STOPPING_NONE_OVER:
+        yield (
+            f"the run issues about {issued} queries ({eff.server_target_qps:g} QPS for "
+            f"{eff.min_duration_ms / 1000:g} s, min_query_count {eff.min_query_count}): "
+            f"LoadGen's early stopping certifies a p99 only from {EARLY_STOPPING_NONE_OVER}"
+            f" queries (none over a limit), {EARLY_STOPPING_MIN_QUERIES} with one, so the "
+            "run is INVALID however fast the engine",
+            f"set min_query_count = {EARLY_STOPPING_MIN_QUERIES} for this scenario in the "
+            "user.conf",
+        )
+
+
+def _performance_sample_count(s: Subject) -> Iterator[Problem]:
+    have, want = s.eff.performance_sample_count, s.bench.performance_sample_count
+    if have != want:
+        yield (
+            f"performance_sample_count is {have}, the benchmark's is {want}",
+            "remove performance_sample_count_override from the user.conf",
+        )
+
+
+def _dataset(s: Subject) -> Iterator[Problem]:
+    bench = s.bench
+    if s.facts.dataset_size != bench.total_sample_count:
+        yield (
+            f"the dataset has {s.facts.dataset_size} samples, {bench.name}'s has "
+            f"{bench.total_sample_count}",
+            f"use the full {bench.dataset_description}",
+        )
+
+
+def _seeds(s: Subject) -> Iterator[Problem]:
+    """The round's seeds when a round is chosen, else the installed mlperf.conf's."""
+    eff, rnd, ref = s.eff, s.facts.round, s.facts.reference_seeds
     if rnd is not None:
         bad = [k for k in SEED_KEYS if eff.seeds.get(k) != rnd.seeds[k]]
-        if bad:
-            other = round_of_seeds(eff.seeds)
-            base = bench.name.removesuffix("-interactive")
-            if other and not any(m.preset == base for m in get_round(other).models):
-                other_has_it = False
-            else:
-                other_has_it = bool(other)
-            out.append(
-                Finding(
-                    "seeds",
-                    f"{', '.join(bad)} are not round {rnd.name}'s"
-                    + (f" (they are round {other}'s)" if other else ""),
-                    f"round {rnd.name}'s seeds come from the mlperf.conf of {rnd.seeds_loadgen} "
-                    "(a user.conf cannot set them): install it"
-                    + (f", or pass --round {other}" if other_has_it else ""),
-                )
-            )
+        if not bad:
+            return
+        other = round_of_seeds(eff.seeds)
+        base = s.bench.name.removesuffix("-interactive")
+        if other and not any(m.preset == base for m in get_round(other).models):
+            other_has_it = False
+        else:
+            other_has_it = bool(other)
+        yield (
+            f"{', '.join(bad)} are not round {rnd.name}'s"
+            + (f" (they are round {other}'s)" if other else ""),
+            f"round {rnd.name}'s seeds come from the mlperf.conf of {rnd.seeds_loadgen} "
+            "(a user.conf cannot set them): install it"
+            + (f", or pass --round {other}" if other_has_it else ""),
+        )
     elif ref:
         changed = [k for k in SEED_KEYS if k in ref and eff.seeds.get(k) != ref[k]]
         if changed:
-            out.append(
-                Finding(
-                    "seeds",
-                    f"{', '.join(changed)} differ from mlperf.conf",
-                    "remove the *_rng_seed lines from the user.conf",
-                )
+            yield (
+                f"{', '.join(changed)} differ from mlperf.conf",
+                "remove the *_rng_seed lines from the user.conf",
             )
 
-    if not eff.sample_concatenate_permutation and not facts.audit_requested:
-        out.append(
-            Finding(
-                "equal_issue",
-                "sample_concatenate_permutation (equal issue mode) is off",
-                "remove the sample_concatenate_permutation line from the user.conf",
-            )
+
+def _equal_issue(s: Subject) -> Iterator[Problem]:
+    if not s.eff.sample_concatenate_permutation and not s.facts.audit_requested:
+        yield (
+            "sample_concatenate_permutation (equal issue mode) is off",
+            "remove the sample_concatenate_permutation line from the user.conf",
         )
 
-    if eff.scenario == "Server" and bench.server_limits is not None:
-        lim = bench.server_limits
-        if not eff.use_token_latencies:
-            out.append(
-                Finding(
-                    "token_latencies",
-                    "use_token_latencies is off",
-                    "remove the use_token_latencies line from the user.conf",
-                )
-            )
-        for name, value, want in (
-            ("ttft_latency", eff.ttft_latency_ms, lim.ttft_ms),
-            ("tpot_latency", eff.tpot_latency_ms, lim.tpot_ms),
-        ):
-            if value is not None and abs(value - want) > 1e-6:
-                out.append(
-                    Finding(
-                        "latency_limits",
-                        f"{name} is {value:g} ms, {bench.name}'s limit is {want:g} ms",
-                        f"remove the {name} line from the user.conf",
-                    )
-                )
 
-    if facts.stray_audit_files and not facts.audit_requested:
-        out.append(
-            Finding(
-                "audit_file",
-                f"{', '.join(facts.stray_audit_files)} is present but no --audit-config was asked "
-                "(LoadGen applies an audit.config it finds by name, replacing the test settings)",
-                "delete it, or pass it with --audit-config for a compliance test",
-            )
+def _token_latencies(s: Subject) -> Iterator[Problem]:
+    if s.bench.server_limits is not None and not s.eff.use_token_latencies:
+        yield (
+            "use_token_latencies is off",
+            "remove the use_token_latencies line from the user.conf",
         )
 
-    if facts.engine_kwargs.get("enable_prefix_caching"):
-        out.append(
-            Finding(
-                "prefix_caching",
-                "prefix caching is on (caching across queries is against the MLPerf LLM rules)",
-                "drop --enable-prefix-caching / enable_prefix_caching=true",
+
+def _latency_limits(s: Subject) -> Iterator[Problem]:
+    lim = s.bench.server_limits
+    if lim is None:
+        return
+    for name, value, want in (
+        ("ttft_latency", s.eff.ttft_latency_ms, lim.ttft_ms),
+        ("tpot_latency", s.eff.tpot_latency_ms, lim.tpot_ms),
+    ):
+        if value is not None and abs(value - want) > 1e-6:
+            yield (
+                f"{name} is {value:g} ms, {s.bench.name}'s limit is {want:g} ms",
+                f"remove the {name} line from the user.conf",
             )
+
+
+def _audit_file(s: Subject) -> Iterator[Problem]:
+    if s.facts.stray_audit_files and not s.facts.audit_requested:
+        yield (
+            f"{', '.join(s.facts.stray_audit_files)} is present but no --audit-config was asked "
+            "(LoadGen applies an audit.config it finds by name, replacing the test settings)",
+            "delete it, or pass it with --audit-config for a compliance test",
         )
 
-    s = facts.sampling
-    temperature = float(s.get("temperature", 0.0) or 0.0)
-    top_k = s.get("top_k", 1)
-    top_p = float(s.get("top_p", 1.0) if s.get("top_p") is not None else 1.0)
+
+def _prefix_caching(s: Subject) -> Iterator[Problem]:
+    if s.facts.engine_kwargs.get("enable_prefix_caching"):
+        yield (
+            "prefix caching is on (caching across queries is against the MLPerf LLM rules)",
+            "drop --enable-prefix-caching / enable_prefix_caching=true",
+        )
+
+
+def _greedy(s: Subject) -> Iterator[Problem]:
+    sampling = s.facts.sampling
+    temperature = float(sampling.get("temperature", 0.0) or 0.0)
+    top_k = sampling.get("top_k", 1)
+    top_p = float(sampling.get("top_p", 1.0) if sampling.get("top_p") is not None else 1.0)
     if temperature != 0.0 or top_k not in (1, -1, 0, None) or top_p != 1.0:
-        out.append(
-            Finding(
-                "greedy",
-                f"sampling is not greedy (temperature {temperature:g}, top_k {top_k}, "
-                f"top_p {top_p:g})",
-                "use the benchmark's greedy decoding: temperature 0, top_k 1",
-            )
+        yield (
+            f"sampling is not greedy (temperature {temperature:g}, top_k {top_k}, top_p {top_p:g})",
+            "use the benchmark's greedy decoding: temperature 0, top_k 1",
         )
-    max_tokens = s.get("max_tokens")
-    if max_tokens is not None and max_tokens != bench.sampling.max_tokens:
-        out.append(
-            Finding(
-                "max_tokens",
-                f"max_tokens is {max_tokens}, {bench.name}'s is {bench.sampling.max_tokens}",
-                "drop --max-tokens",
-            )
+
+
+def _max_tokens(s: Subject) -> Iterator[Problem]:
+    max_tokens = s.facts.sampling.get("max_tokens")
+    if max_tokens is not None and max_tokens != s.bench.sampling.max_tokens:
+        yield (
+            f"max_tokens is {max_tokens}, {s.bench.name}'s is {s.bench.sampling.max_tokens}",
+            "drop --max-tokens",
         )
-    if s.get("ignore_eos"):
-        out.append(
-            Finding("ignore_eos", "ignore_eos is on (outputs of fixed length)", "drop --ignore-eos")
-        )
-    return out
+
+
+def _ignore_eos(s: Subject) -> Iterator[Problem]:
+    if s.facts.sampling.get("ignore_eos"):
+        yield "ignore_eos is on (outputs of fixed length)", "drop --ignore-eos"
+
+
+# In the order their findings are listed.
+RULES: tuple[Rule, ...] = (
+    Rule("min_duration", _min_duration),
+    Rule("offline_query", _offline_query, scenarios=("Offline",)),
+    Rule("offline_expected_qps", _offline_expected_qps, scenarios=("Offline",)),
+    Rule("server_target_qps", _server_target_qps, scenarios=("Server",), fatal=False),
+    Rule("early_stopping", _early_stopping, scenarios=("Server",)),
+    Rule("performance_sample_count", _performance_sample_count),
+    Rule("dataset", _dataset),
+    Rule("seeds", _seeds),
+    Rule("equal_issue", _equal_issue),
+    Rule("token_latencies", _token_latencies, scenarios=("Server",)),
+    Rule("latency_limits", _latency_limits, scenarios=("Server",)),
+    Rule("audit_file", _audit_file),
+    Rule("prefix_caching", _prefix_caching),
+    Rule("greedy", _greedy),
+    Rule("max_tokens", _max_tokens),
+    Rule("ignore_eos", _ignore_eos),
+)
+
+
+def check(
+    eff: EffectiveSettings, bench: Benchmark, scenario: str, facts: RunFacts
+) -> list[Finding]:
+    """Every reason this run cannot be a valid closed-division submission result: the findings
+    of every rule in RULES that judges this LoadGen scenario."""
+    subject = Subject(eff, bench, scenario, facts)
+    return [
+        Finding(rule.name, problem, fix, fatal=rule.fatal)
+        for rule in RULES
+        if not rule.scenarios or eff.scenario in rule.scenarios
+        for problem, fix in rule.problems(subject)
+    ]
 
 
 def fatal(findings: Iterable[Finding]) -> list[Finding]:

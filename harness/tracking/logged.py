@@ -4,7 +4,7 @@ and children) are harness.tracking.runs."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,12 +53,7 @@ def log_result_dir(
     the run, e.g. an accuracy/ folder left by an earlier run into the same --output."""
     out = Path(output_dir)
     summary = LoggedSummary()
-
-    def fresh(p: Path) -> bool:
-        try:
-            return since is None or p.stat().st_mtime >= since - MTIME_SLACK_S
-        except OSError:
-            return False
+    fresh = _written_since(since)
 
     result_path = out / RESULT_FILE
     result = RunResult.read(result_path) if result_path.is_file() and fresh(result_path) else None
@@ -71,26 +66,64 @@ def log_result_dir(
     if env:
         tags.update(environment_tags(env))
     if result is not None:
-        status = result.status if result.has("status") else None
-        summary.status = status
-        params.update(result_params(result))
-        for k, v in (env or {}).get("engine_arg_defaults", {}).items():
-            params.setdefault(f"engine.{k}", v)
-        tags["status"] = status
-        tags["error"] = result.error
-        if result.warnings:
-            tags["warnings"] = "; ".join(map(str, result.warnings))
-        for dist, version in (result.versions or {}).items():
-            tags[f"version.{dist}"] = version
-        start_s = _number(result.engine_start_s)
-        if start_s is not None:
-            metrics["engine_start_s"] = start_s
-        for k, v in (result.sut_stats or {}).items():
-            if _number(v) is not None and not k.endswith("_s"):
-                metrics[f"sut.{k}"] = float(v)
+        summary.status = result.status if result.has("status") else None
+        _result_fields(result, env, params, metrics, tags)
+    _loadgen_settings(out, fresh, params)
+    _verdicts(result, out, fresh, metrics, tags)
 
-    # Effective LoadGen settings: from the detail log itself, so a run that failed before
-    # result.json had its performance block still records them.
+    summary.params = run.log_params(params)
+    summary.metrics = run.log_metrics(metrics)
+    summary.tags = run.set_tags(tags)
+
+    # Files last: the numbers above are what people search on, and are logged even if an
+    # upload fails half-way.
+    _log_files(run, out, result, fresh, summary, max_accuracy_log_bytes)
+    if summary.skipped:
+        run.set_tags({"artifacts_skipped": "; ".join(summary.skipped)})
+    return summary
+
+
+def _written_since(since: float | None) -> Callable[[Path], bool]:
+    """Whether a file was written by the run that started at `since` (None: any file)."""
+
+    def fresh(p: Path) -> bool:
+        try:
+            return since is None or p.stat().st_mtime >= since - MTIME_SLACK_S
+        except OSError:
+            return False
+
+    return fresh
+
+
+def _result_fields(
+    result: RunResult,
+    env: Mapping[str, Any] | None,
+    params: dict[str, Any],
+    metrics: dict[str, float],
+    tags: dict[str, Any],
+) -> None:
+    """What result.json gives: its params (the engine's defaults under them), status, error,
+    warnings and versions as tags, the engine's start time and the SUT's counters."""
+    params.update(result_params(result))
+    for k, v in (env or {}).get("engine_arg_defaults", {}).items():
+        params.setdefault(f"engine.{k}", v)
+    tags["status"] = result.status if result.has("status") else None
+    tags["error"] = result.error
+    if result.warnings:
+        tags["warnings"] = "; ".join(map(str, result.warnings))
+    for dist, version in (result.versions or {}).items():
+        tags[f"version.{dist}"] = version
+    start_s = _number(result.engine_start_s)
+    if start_s is not None:
+        metrics["engine_start_s"] = start_s
+    for k, v in (result.sut_stats or {}).items():
+        if _number(v) is not None and not k.endswith("_s"):
+            metrics[f"sut.{k}"] = float(v)
+
+
+def _loadgen_settings(out: Path, fresh: Callable[[Path], bool], params: dict[str, Any]) -> None:
+    """Effective LoadGen settings: from the detail log itself, so a run that failed before
+    result.json had its performance block still records them."""
     for mode in ("performance", "accuracy"):
         detail = out / mode / DETAIL_LOG
         if detail.is_file() and fresh(detail):
@@ -102,6 +135,15 @@ def log_result_dir(
                 {k: v for k, v in loadgen_params(parsed.values).items() if k not in params}
             )
 
+
+def _verdicts(
+    result: RunResult | None,
+    out: Path,
+    fresh: Callable[[Path], bool],
+    metrics: dict[str, float],
+    tags: dict[str, Any],
+) -> None:
+    """Performance metrics and validity, the accuracy scores and verdict, TEST06's verdict."""
     perf = result.performance if result is not None else None
     if perf:
         metrics.update(performance_metrics(perf))
@@ -121,20 +163,26 @@ def log_result_dir(
     if t06 and "passed" in t06:  # `run --test06`
         tags["test06"] = "PASS" if t06["passed"] else "FAIL"
 
-    summary.params = run.log_params(params)
-    summary.metrics = run.log_metrics(metrics)
-    summary.tags = run.set_tags(tags)
 
-    # Files last: the numbers above are what people search on, and are logged even if an
-    # upload fails half-way.
+def _log_files(
+    run: Any,
+    out: Path,
+    result: RunResult | None,
+    fresh: Callable[[Path], bool],
+    summary: LoggedSummary,
+    max_accuracy_log_bytes: int,
+) -> None:
+    """The run's files as artifacts, each noted in `summary` (a too-large accuracy log in
+    its `skipped`)."""
+
     def add(path: Path, artifact_path: str | None = None, name: str | None = None) -> None:
         if path.is_file() and fresh(path) and run.log_artifact(path, artifact_path, name):
             summary.artifacts.append(
                 f"{artifact_path + '/' if artifact_path else ''}{name or path.name}"
             )
 
-    add(result_path)
-    add(env_path)
+    add(out / RESULT_FILE)
+    add(out / ENVIRONMENT_FILE)
     add(out / "TEST06" / "verify_accuracy.txt", "TEST06")
     for name in ("timeline.json", "timeline.png"):  # Server-like runs: the backlog picture
         add(out / name)
@@ -162,9 +210,6 @@ def log_result_dir(
         # Inputs are logged whatever their age.
         if src and Path(src).is_file() and run.log_artifact(Path(src), "inputs", name):
             summary.artifacts.append(f"inputs/{name}")
-    if summary.skipped:
-        run.set_tags({"artifacts_skipped": "; ".join(summary.skipped)})
-    return summary
 
 
 def log_evaluation(

@@ -3,12 +3,12 @@
 # stages vLLM, not Ray): the pinned `ray` extra and what the machine lacks of its dependencies
 # (jsonschema and its own), installed here for the machine's Python 3.12, then trimmed to what
 # vLLM's Ray executor loads (no Java jars, no RLlib / Serve / Data / Tune / Train) and stripped
-# of symbols: ~29 MB of xz instead of a 79 MB wheel. `bench/stage_pieces.sh cut` sends it after
-# the vLLM pieces; `recv` unpacks it into the same site folder and puts a `ray` command in
+# of symbols: ~29 MB of xz instead of a 79 MB wheel. `bench/device/stage_pieces.sh cut` sends it
+# after the vLLM pieces; `recv` unpacks it into the same site folder and puts a `ray` command in
 # $HOME/site/bin.
-#   here    bash bench/stage_ray.sh          -> .gpu-stage/ray/ray-site.tar.xz
+#   here    bash bench/device/stage_ray.sh          -> .gpu-stage/ray/ray-site.tar.xz
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 PY=${PY:-.venv/bin/python}
 RAY=$(grep -oE '"ray==[0-9.]+"' pyproject.toml | tr -d '"')
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT

@@ -2,18 +2,19 @@
 # The staged vLLM payload (the gpu-stage kit's .gpu-stage/c1, c2, ...: pieces of 62 MB) re-cut so
 # that each piece fits a device call beside this repository's tree. A call carries 64 MiB, tree
 # included: a 62 MB piece leaves 5.1 MB for the tree, and the tree has grown past that (results
-# under bench/results). The kit's own checks still apply: the device puts its pieces back as they
-# were and runs the kit's unpack.sh, which checks them against the kit's checksums.
-#   here    bash bench/stage_pieces.sh cut [BYTES]     .gpu-stage/c*/part.* -> .gpu-stage/v1 .. vN
-#                                                      (default: what a call leaves beside the
-#                                                      tree, less 1 MB)
-#   device  bash bench/stage_pieces.sh recv .gpu-stage/vK   one call per piece (carry it and
-#                                                      .gpu-stage/bin); the last one puts the
-#                                                      kit's pieces back and unpacks them
-# With .gpu-stage/ray/ray-site.tar.xz (bench/stage_ray.sh) the pieces carry Ray after vLLM, and
-# the last `recv` unpacks it into the same site folder, with a `ray` command in $HOME/site/bin.
+# under bench/record/results). The kit's own checks still apply: the device puts its pieces back
+# as they were and runs the kit's unpack.sh, which checks them against the kit's checksums.
+#   here    bash bench/device/stage_pieces.sh cut [BYTES]
+#               .gpu-stage/c*/part.* -> .gpu-stage/v1 .. vN (default: what a call leaves beside
+#               the tree, less 1 MB)
+#   device  bash bench/device/stage_pieces.sh recv .gpu-stage/vK
+#               one call per piece (carry it and .gpu-stage/bin); the last one puts the kit's
+#               pieces back and unpacks them
+# With .gpu-stage/ray/ray-site.tar.xz (bench/device/stage_ray.sh) the pieces carry Ray after
+# vLLM, and the last `recv` unpacks it into the same site folder, with a `ray` command in
+# $HOME/site/bin.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 STAGE=.gpu-stage
 CALL_BYTES=$((64 * 1024 * 1024))
 
@@ -37,7 +38,7 @@ cut_pieces() {
   done
   rm -rf "$STAGE/vparts"
   echo "cut into $n pieces of <= $bytes bytes (tree $tree bytes); on the device, one call each:"
-  for k in $(seq 1 "$n"); do echo "  bash bench/stage_pieces.sh recv $STAGE/v$k   (carry $STAGE/v$k, $STAGE/bin)"; done
+  for k in $(seq 1 "$n"); do echo "  bash bench/device/stage_pieces.sh recv $STAGE/v$k   (carry $STAGE/v$k, $STAGE/bin)"; done
 }
 
 recv() {  # device
