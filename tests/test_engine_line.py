@@ -41,13 +41,13 @@ def test_line_flags_come_first_so_typed_flags_win() -> None:
     args, extra = build_parser().parse_known_args(expanded)
     assert args.command == "run" and not extra
     assert args.prefill_policy == "0"  # typed after the line's 0x4
-    assert args.engine_arg[:4] == [
+    assert args.engine_args[:4] == [
         "quantization=fp8",
         "kv_cache_dtype=fp8",
         "max_num_seqs=512",
         "max_num_batched_tokens=65536",
     ]
-    assert args.engine_arg[-1] == "max_num_seqs=256"  # vLLM's parser keeps the last
+    assert args.engine_args[-1] == "max_num_seqs=256"  # vLLM's parser keeps the last
 
 
 def test_calibrate_passes_the_line_on_to_its_runs() -> None:
