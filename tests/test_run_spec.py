@@ -129,3 +129,19 @@ def test_typed_engine_kwargs_become_pairs_vllm_reads_back():
 
     kwargs = {"dtype": "float32", "enforce_eager": True, "max_num_seqs": 8}
     assert parse_engine_arg_pairs(engine_arg_pairs(kwargs)) == kwargs
+
+
+def test_a_note_is_recorded_and_reaches_calibrates_runs():
+    from harness.cli.calibrate import calibrate_request
+
+    spec = _read_back(
+        ["--benchmark", "llama3_1-8b", "--scenario", "Offline", "--model", "m", "--dataset", "d"]
+        + ["--output", "o", "--note", "after the driver update"]
+    )
+    assert spec.record()["note"] == "after the driver update"
+    args, extra = build_parser().parse_known_args(
+        ["calibrate", "--benchmark", "llama3_1-8b", "--scenario", "Server", "--model", "m"]
+        + ["--dataset", "d", "--output", "o", "--note", "after the driver update"]
+    )
+    run = calibrate_request(args, extra).run
+    assert run is not None and run.note == "after the driver update"

@@ -232,6 +232,12 @@ class RunSpec:
         help="refuse (exit 2) a run whose settings cannot give a valid submission "
         "result; without it they are reported in one warning line",
     )
+    note: str | None = opt(
+        None,
+        metavar="TEXT",
+        help="free text about the run (why it ran, what changed since the last one), recorded "
+        "in result.json under spec.note; calibrate hands it to each of its runs",
+    )
     engine_flags: tuple[str, ...] = opt((), kind="rest")  # vLLM's flags as typed (`vllm serve`)
 
     # ----------------------------------------------------------------- derived
