@@ -338,15 +338,39 @@ class RunSpec:
                 continue
             if not how.required and value == f.default:
                 continue
-            flag = how.flag(f.name)
-            if how.kind in ("switch", "negated"):
-                argv.append(flag)
-            elif how.kind == "append":
-                for item in value:
-                    argv += [flag, item]
-            else:
-                argv += [flag, "0" if value is None and how.zero_is_none else _text(value)]
+            argv += _flag_args(f.name, how, value)
         return [*argv, *self.engine_flags]
+
+    @classmethod
+    def partial_argv(cls, values: Mapping[str, Any]) -> list[str]:
+        """The flags of a partial spec written as data (an engine line's TOML `[run]` table):
+        each key a field other than what a command line alone names (benchmark, scenario,
+        model, data, output), each value as TOML types it; a bad one is a UsageError line."""
+        settable = {n: how for n, how in cls.options() if how.kind != "common" and not how.required}
+        argv: list[str] = []
+        rest: list[str] = []
+        for name, value in values.items():
+            how = settable.get(name)
+            if how is None:
+                near = difflib.get_close_matches(name, list(settable), n=1)
+                hint = f" (did you mean {near[0]}?)" if near else ""
+                raise UsageError(f"{name!r} is not a run option a line may set{hint}")
+            if how.kind in ("append", "rest"):
+                if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                    raise UsageError(f'{name}: give a list of strings, e.g. ["max_num_seqs=8"]')
+                if how.kind == "rest":
+                    rest += value
+                    continue
+                value = tuple(value)
+            elif how.kind in ("switch", "negated"):
+                if not isinstance(value, bool):
+                    raise UsageError(f"{name}: give true or false")
+            elif isinstance(value, (bool, list, dict)):
+                raise UsageError(f"{name}: give one value, as on the command line")
+            else:
+                value = cls.parse_value(name, str(value))
+            argv += _flag_args(name, how, value)
+        return [*argv, *rest]
 
     def record(self) -> dict[str, Any]:
         """Every field as plain JSON values (paths as text, tuples as lists): what result.json
@@ -378,6 +402,18 @@ class RunSpec:
         except ValueError:
             what = "a whole number" if how.parse is int else "a number"
             raise UsageError(f"{name}={text}: give {what}") from None
+
+
+def _flag_args(name: str, how: Opt, value: Any) -> list[str]:
+    """One field's value as its flag's arguments."""
+    flag = how.flag(name)
+    if how.kind == "switch":
+        return [flag] if value else []
+    if how.kind == "negated":
+        return [] if value else [flag]
+    if how.kind == "append":
+        return [a for item in value for a in (flag, item)]
+    return [flag, "0" if value is None and how.zero_is_none else _text(value)]
 
 
 def _text(value: Any) -> str:
