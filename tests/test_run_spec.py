@@ -145,3 +145,11 @@ def test_a_note_is_recorded_and_reaches_calibrates_runs():
     )
     run = calibrate_request(args, extra).run
     assert run is not None and run.note == "after the driver update"
+
+
+def test_the_offline_orders_are_the_suts():
+    """Declared here as text (the CLI's start does not import the SUT), the same as sut.offline's."""
+    from harness.run.spec import OFFLINE_ORDERS
+    from sut.offline import ORDERS
+
+    assert OFFLINE_ORDERS == ORDERS
