@@ -75,18 +75,20 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
 
 def start_engine(args, work: Path, overrides: dict, logs: Path | None = None):
     """prepare() the run the arguments describe and start its one engine: (TrialEngine, prep)."""
-    from harness.run.runner import RunRequest, prepare
+    from harness.run.runner import prepare
+    from harness.run.spec import RunSpec
     from harness.run.trials import TrialEngine
+    from sut.engine import engine_arg_pairs
 
     model, data = _dataset(args, work)
-    req = RunRequest(
+    req = RunSpec(
         benchmark=args.benchmark,
         scenario=args.scenario,
         mode="performance",
         model=model,
         dataset=data,
         output=work / "out",
-        engine_overrides=overrides,
+        engine_args=engine_arg_pairs(overrides),
         progress=False,
         max_tokens=args.max_tokens,
         ignore_eos=args.ignore_eos,

@@ -91,6 +91,20 @@ def parse_engine_flags(argv: list[str]) -> dict[str, Any]:
     return dict(vars(ns))
 
 
+def engine_arg_pairs(kwargs: Mapping[str, Any]) -> tuple[str, ...]:
+    """Typed engine kwargs as the `KEY=VALUE` pairs `parse_engine_arg_pairs` reads back
+    (booleans as true/false, dicts and lists as JSON): a program's kwargs as a run's flags."""
+
+    def text(value: Any) -> str:
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        if isinstance(value, (dict, list)):
+            return json.dumps(value)
+        return str(value)
+
+    return tuple(f"{key}={text(value)}" for key, value in kwargs.items())
+
+
 def parse_engine_arg_pairs(pairs: Iterable[str]) -> dict[str, Any]:
     """`KEY=VALUE` pairs (scripts and sweep plans) -> typed kwargs, via vLLM's own parser.
 

@@ -42,8 +42,9 @@ def test_every_calibrate_flag_reaches_its_field(tmp_path):
         *("--precision", "0.05", "--confirm", "--confirm-runs", "2", "--confirm-passes", "2"),
     )
     req = calibrate_request(args, extra)
-    # The Server trials' in-process run request takes the same flags as the child runs.
-    t = req.run_template
+    # Each measurement run: calibrate's model, data and conf, and the flags it does not know.
+    t = req.run
+    assert t is not None
     assert (t.benchmark, t.scenario, t.mode) == ("llama2-70b", "Server", "performance")
     assert (t.model, t.dataset, t.output) == (Path("m"), Path("d.json"), Path("o/trials"))
     assert t.user_conf == conf and dict(t.engine_overrides) == {"max_num_seqs": 8}
@@ -68,8 +69,7 @@ def test_every_calibrate_flag_reaches_its_field(tmp_path):
         confirm=True,
         confirm_runs=2,
         confirm_passes=2,
-        run_args=("--max-num-seqs", "8"),
-        run_template=t,
+        run=t,
     )
     # every field was set away from its default: none can be dropped on the way silently
     default = CalibrateRequest("b", "s", Path(), Path(), Path())

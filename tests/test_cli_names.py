@@ -106,18 +106,18 @@ def test_run_takes_a_preset_or_submission_name(typed, preset, level):
 
 
 def test_the_submission_name_reaches_the_run_request():
-    from harness.cli.run import build_run_request
+    from harness.cli.run import run_spec
 
     args, extra = build_parser().parse_known_args(
         ["run", "--benchmark", "llama2-70b-99", "--scenario", "server", *RUN]
     )
-    req = build_run_request(args, extra)
+    req = run_spec(args, extra)
     assert (req.benchmark, req.scenario, req.accuracy_level) == ("llama2-70b", "Server", "99")
     # without a level in the name, the round's default still decides (v6.1: 99.9 for 70B)
     args, extra = build_parser().parse_known_args(
         ["run", "--benchmark", "llama2-70b", "--scenario", "Server", *RUN]
     )
-    assert build_run_request(args, extra).accuracy_level == "99.9"
+    assert run_spec(args, extra).accuracy_level == "99.9"
 
 
 def test_every_benchmark_command_takes_submission_names():

@@ -41,13 +41,13 @@ def test_line_flags_come_first_so_typed_flags_win() -> None:
     args, extra = build_parser().parse_known_args(expanded)
     assert args.command == "run" and not extra
     assert args.prefill_policy == "0"  # typed after the line's 0x4
-    assert args.engine_arg[:4] == [
+    assert args.engine_args[:4] == [
         "quantization=fp8",
         "kv_cache_dtype=fp8",
         "max_num_seqs=512",
         "max_num_batched_tokens=65536",
     ]
-    assert args.engine_arg[-1] == "max_num_seqs=256"  # vLLM's parser keeps the last
+    assert args.engine_args[-1] == "max_num_seqs=256"  # vLLM's parser keeps the last
 
 
 def test_calibrate_passes_the_line_on_to_its_runs() -> None:
@@ -116,3 +116,67 @@ def test_cli_refuses_a_missing_line_before_anything_runs(tmp_path: Path) -> None
     missing = _cli("calibrate", tmp_path / "no", "Server", tmp_path, out)
     assert missing.returncode == 2 and "cannot read it" in missing.stderr, missing.stderr
     assert not out.exists()
+
+
+ENGINES = REPO / "user_confs" / "engines"
+
+
+def test_each_shipped_toml_line_gives_its_conf_lines_flags() -> None:
+    """The engine lines kept as TOML (a partial RunSpec, the evidence in its own fields) apply
+    the same flags as the examples' `# engine` lines they were written from."""
+    seen = 0
+    for path in sorted(ENGINES.glob("*/*.toml")):
+        benchmark, scenario = path.stem.rsplit(".", 1)
+        conf = REPO / "user_confs" / "examples" / f"{path.parent.name}.conf"
+        assert line_flags(path, benchmark, scenario) == line_flags(conf, benchmark, scenario)
+        seen += 1
+    assert seen == 5
+
+
+def test_a_folder_of_toml_lines_applies_the_pairs_first_so_typed_flags_win() -> None:
+    h200 = ENGINES / "h200"
+    argv = ["run", "--engine-line", str(h200), "--scenario", "Server", *BASE]
+    argv += ["--prefill-policy", "0"]
+    expanded, note = expand(argv, "run", "llama3_1-8b", "Server", str(h200))
+    assert "0x4" in note
+    args, extra = build_parser().parse_known_args(expanded)
+    assert args.prefill_policy == "0" and not extra  # typed after the line's 0x4
+    with pytest.raises(UsageError, match=r"no llama3_1-8b\.SingleStream\.toml \(it holds: "):
+        line_flags(h200, "llama3_1-8b", "SingleStream")
+
+
+@pytest.mark.parametrize(
+    "run, words",
+    [
+        ("warmup_sample = 3", "'warmup_sample' is not a run option a line may set (did you mean"),
+        ('model = "/other"', "'model' is not a run option a line may set"),
+        ('mode = "accuracy"', "sets --mode"),
+        ("warmup_samples = 3\nengine_stats = true", None),
+        ('warmup_samples = "lots"', "warmup_samples=lots: give a whole number"),
+        ('engine_args = "max_num_seqs=8"', "engine_args: give a list of strings"),
+        ('engine_flags = ["--dataset", "d2"]', "sets --dataset"),
+    ],
+)
+def test_a_toml_line_is_checked_as_run_options(tmp_path: Path, run: str, words: str | None):
+    path = tmp_path / "line.toml"
+    path.write_text(f'benchmark = "llama3_1-8b"\nscenario = "Server"\n[run]\n{run}\n')
+    if words is None:
+        assert line_flags(path, "llama3_1-8b", "Server") == [
+            "--warmup-samples",
+            "3",
+            "--engine-stats",
+        ]
+        return
+    with pytest.raises(UsageError, match="--engine-line") as err:
+        line_flags(path, "llama3_1-8b", "Server")
+    assert words in str(err.value)
+
+
+def test_a_toml_line_for_another_test_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "line.toml"
+    path.write_text('benchmark = "llama3_1-8b"\nscenario = "Offline"\n[evidence]\nfigure = "x"\n')
+    with pytest.raises(UsageError, match=r"is for llama3_1-8b\.Offline, not llama3_1-8b\.Server"):
+        line_flags(path, "llama3_1-8b", "Server")
+    path.write_text('benchmark = "llama3_1-8b"\nscenario = "Server"\nfigure = "x"\n')
+    with pytest.raises(UsageError, match="unknown key 'figure'"):
+        line_flags(path, "llama3_1-8b", "Server")

@@ -312,12 +312,13 @@ def test_run_submission_refuses_before_engine(tiny_model, tiny_dataset, tmp_path
 
 _PREFLIGHT_OF_RUN = textwrap.dedent("""
     import json, sys
-    from harness.cli.run import run_request_from_argv
+    from harness.cli import build_parser
+    from harness.cli.run import run_spec
     from harness.run.runner import prepare
     from harness.submission.preflight import settings_check
     from harness.submission.rounds import choose_round
 
-    req = run_request_from_argv(sys.argv[1:])
+    req = run_spec(*build_parser().parse_known_args(["run", *sys.argv[1:]]))
     prep = prepare(req)
     verdict = settings_check(prep.settings, prep)
     folder = choose_round(req.round, req.benchmark, req.accuracy_level).model.folder

@@ -165,15 +165,14 @@ def test_steps_are_timed_on_the_device_where_the_trace_mirrors_them(tmp_path):
 
 def test_a_submission_run_is_never_profiled(tmp_path):
     from harness.run.checks import check_sut_options
-    from harness.run.runner import RunRequest
+    from harness.run.spec import RunSpec
 
-    req = RunRequest(
-        "llama3_1-8b",
-        "Offline",
-        "performance",
-        tmp_path,
-        tmp_path / "d.json",
-        tmp_path / "o",
+    req = RunSpec(
+        benchmark="llama3_1-8b",
+        scenario="Offline",
+        model=tmp_path,
+        dataset=tmp_path / "d.json",
+        output=tmp_path / "o",
         profile="10",
         submission=True,
     )

@@ -312,7 +312,7 @@ def test_example_confs_engine_lines_parse_and_stay_compliant():
             argv = ["run", "--benchmark", bench, "--scenario", scenario, "--model", "m"]
             argv += ["--dataset", "d", "--output", "o", *shlex.split(flags)]
             args, extra = build_parser().parse_known_args(argv)
-            resolved = {**parse_engine_flags(extra), **parse_engine_arg_pairs(args.engine_arg)}
+            resolved = {**parse_engine_flags(extra), **parse_engine_arg_pairs(args.engine_args)}
             assert resolved, line
             assert resolved.get("enable_prefix_caching") is not True, line
             seen += 1

@@ -146,7 +146,7 @@ def test_every_command_defaults_its_accuracy_level_the_same_way(tmp_path):
     from harness.cli import build_parser
     from harness.cli.calibrate import calibrate_request
     from harness.cli.flags import accuracy_level_of
-    from harness.cli.run import build_run_request
+    from harness.cli.run import run_spec
 
     parser = build_parser()
     p = str(tmp_path)
@@ -171,10 +171,14 @@ def test_every_command_defaults_its_accuracy_level_the_same_way(tmp_path):
                 assert args.accuracy_level is None, name
                 assert accuracy_level_of(args, preset) == expected, (name, preset, rnd)
             run_args, extra = parser.parse_known_args(commands["run"])
-            assert build_run_request(run_args, extra).accuracy_level == expected
+            assert run_spec(run_args, extra).accuracy_level == expected
             cal_args, extra = parser.parse_known_args(
                 ["calibrate", "--benchmark", preset, "--scenario", "Server", "--model", p]
                 + ["--dataset", p, "--output", p, *r]
             )
-            template = calibrate_request(cal_args, extra).run_template  # --round: a run flag
-            assert template.accuracy_level == expected, ("calibrate", preset, rnd)
+            template = calibrate_request(cal_args, extra).run  # --round: a run flag
+            assert template is not None and template.accuracy_level == expected, (
+                "calibrate",
+                preset,
+                rnd,
+            )

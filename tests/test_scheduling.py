@@ -102,11 +102,12 @@ def test_the_scheduler_extends_what_vllm_would_pick():
 
 
 def _request(*flags: str):
-    from harness.cli.run import run_request_from_argv
+    from harness.cli import build_parser
+    from harness.cli.run import run_spec
 
     base = ["--benchmark", "llama3_1-8b", "--scenario", "Interactive", "--mode", "performance"]
     base += ["--model", "m", "--dataset", "d.json", "--output", "o"]
-    return run_request_from_argv(base + list(flags))
+    return run_spec(*build_parser().parse_known_args(["run", *base, *flags]))
 
 
 def test_run_prefill_policy_becomes_engine_arguments():

@@ -651,6 +651,7 @@ def test_sut_option_knobs_reach_the_run_and_are_guarded(tmp_path):
     "body, match",
     [
         ("knob k --sut batch=4\n", "'batch' is not a SUT option"),
+        ("knob k --sut warmup_sample=4\n", r"did you mean warmup_samples\?"),
         ("knob k --sut offline_order=random\n", "use one of arrival, longest-first"),
         ("knob k --sut warmup_samples=lots\n", "whole number"),
         ("knob k --sut dp_routing=random\n", "use one of ours, vllm"),

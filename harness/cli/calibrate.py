@@ -138,8 +138,10 @@ def add_parser(sub) -> None:
 def calibrate_request(args: argparse.Namespace, extra: list[str]) -> CalibrateRequest:
     """The flags as calibrate's request; `extra`: the flags calibrate does not know, passed to
     each `run` (engine flags, --max-tokens)."""
+    from harness.cli.run import partial_run_spec
     from harness.errors import UsageError
     from harness.resources import benchmark_conf, resolve_user_path
+    from harness.run.spec import RunSpec
     from harness.submission.calibrate import CalibrateRequest
 
     owned = [f for f in extra if f.split("=")[0] in ("--target-qps", "--min-query-count")]
@@ -152,17 +154,17 @@ def calibrate_request(args: argparse.Namespace, extra: list[str]) -> CalibrateRe
     conf = resolve_user_path(args.user_conf)
     if conf is None:
         conf = benchmark_conf(args.benchmark, args.scenario)
-    template = None
-    if args.scenario != "Offline":
-        from harness.cli.run import run_request_from_argv
-
-        argv = ["--benchmark", args.benchmark, "--scenario", args.scenario, "--model"]
-        argv += [str(args.model), "--dataset", str(args.dataset), "--output"]
-        argv += [str(args.output / "trials"), "--user-conf", str(conf), "--no-progress", *extra]
-        template = run_request_from_argv(argv)
-    return request_from_flags(
-        CalibrateRequest, args, user_conf=conf, run_args=tuple(extra), run_template=template
+    base = RunSpec(
+        benchmark=args.benchmark,
+        scenario=args.scenario,
+        model=args.model,
+        dataset=args.dataset,
+        output=args.output / "trials",
+        user_conf=conf,
+        progress=False,
     )
+    run = partial_run_spec(base, extra)
+    return request_from_flags(CalibrateRequest, args, user_conf=conf, run=run)
 
 
 def cmd_calibrate(args: argparse.Namespace, extra: list[str]) -> int:

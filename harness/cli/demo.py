@@ -109,16 +109,18 @@ def ensure_assets(cache: Path, samples: int | None, tiny: bool) -> DemoAssets:
 def run_demo(args: argparse.Namespace) -> int:
     from harness import tracking
     from harness.folder_lock import one_writer
-    from harness.run.runner import RunRequest, prepare, run
+    from harness.run.runner import prepare, run
+    from harness.run.spec import RunSpec
     from harness.run.summary import render_result
     from harness.submission.preflight import settings_check
     from harness.submission.rounds import accuracy_level_for
+    from sut.engine import engine_arg_pairs
 
     started = time.monotonic()
     cfg = tracking_config(args, default_experiment="mlperf-vllm-demo")
     tracking.check_reachable(cfg)  # before the engine starts
     assets = ensure_assets(args.cache, args.samples, args.tiny)
-    req = RunRequest(
+    req = RunSpec(
         benchmark=DEMO_BENCHMARK,
         scenario="Offline",
         mode="both",
@@ -126,7 +128,7 @@ def run_demo(args: argparse.Namespace) -> int:
         dataset=assets.dataset,
         output=args.output,
         user_conf=assets.user_conf,
-        engine_overrides=assets.engine_overrides,
+        engine_args=engine_arg_pairs(assets.engine_overrides),
         accuracy_level=accuracy_level_for(DEMO_BENCHMARK),
         overwrite=True,  # the demo's folder is its own: a second demo replaces the first
     )

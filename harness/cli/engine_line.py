@@ -7,7 +7,10 @@ scenario (user_confs/README.md):
     # engine llama3_1-8b.Server: --engine-arg max_num_seqs=512 --prefill-policy 0x4 | <figure> | <command>
 
 The flags are the text before the first ` | `, split like a shell line (`shlex`, never
-evaluated). They go in right after the command word, so a flag the user types wins over the
+evaluated). The same line may be kept as TOML, one file per benchmark and scenario
+(user_confs/engines/<gpu>/<benchmark>.<Scenario>.toml): its `[run]` table is a partial RunSpec
+(field names, values checked as the run reads them), its evidence in `[evidence]`;
+`--engine-line` takes such a file or a folder of them. They go in right after the command word, so a flag the user types wins over the
 line's (argparse keeps the last value; vLLM's own parser does the same for repeated
 `--engine-arg` keys). A line may not name what the command line alone decides (benchmark,
 scenario, model, dataset, output, conf); a conf with no line, or two, for the pair is refused
@@ -25,6 +28,7 @@ from harness.errors import UsageError
 FLAG = "--engine-line"
 COMMANDS = ("run", "calibrate")
 LINE = re.compile(r"^#\s*engine\s+(\S+)\.(\w+):\s*(.*)$")
+TOML_KEYS = ("benchmark", "scenario", "run", "evidence")  # an engine line kept as TOML
 # What the command line alone decides: a line that sets these would run another test.
 NOT_IN_LINE = (
     "--benchmark",
@@ -57,7 +61,33 @@ def engine_lines(path: Path) -> dict[tuple[str, str], list[str]]:
 
 
 def line_flags(path: Path, benchmark: str, scenario: str) -> list[str]:
-    """The flags of the conf's one line for benchmark.scenario."""
+    """The flags of the one engine line for benchmark.scenario: a TOML file, a folder of them
+    (`<benchmark>.<Scenario>.toml`), or a conf's `# engine` line."""
+    if path.is_dir():
+        path = path / f"{benchmark}.{scenario}.toml"
+        if not path.is_file():
+            have = ", ".join(sorted(p.stem for p in path.parent.glob("*.toml"))) or "none"
+            raise UsageError(
+                f"{FLAG} {path.parent}: no {path.name} (it holds: {have}): measure one and "
+                "add it, or pass the engine flags yourself"
+            )
+    flags = (
+        toml_flags(path, benchmark, scenario)
+        if path.suffix == ".toml"
+        else _conf_line_flags(path, benchmark, scenario)
+    )
+    for flag in flags:
+        name = flag.split("=", 1)[0]
+        if name in NOT_IN_LINE:
+            raise UsageError(
+                f"{FLAG} {path}: the {benchmark}.{scenario} line sets {name}, which the "
+                "command line alone decides: keep engine and SUT flags in the line"
+            )
+    return flags
+
+
+def _conf_line_flags(path: Path, benchmark: str, scenario: str) -> list[str]:
+    """The flags of a conf's one `# engine benchmark.scenario:` line."""
     lines = engine_lines(path)
     key = (benchmark, scenario)
     have = ", ".join(f"{b}.{s}" for b, s in sorted(lines)) or "none"
@@ -80,14 +110,41 @@ def line_flags(path: Path, benchmark: str, scenario: str) -> list[str]:
             f"{FLAG} {path}: the {benchmark}.{scenario} line starts with {flags[0]!r}, not a "
             "--flag: write `# engine <benchmark>.<Scenario>: --flag value ... | figure | command`"
         )
-    for flag in flags:
-        name = flag.split("=", 1)[0]
-        if name in NOT_IN_LINE:
-            raise UsageError(
-                f"{FLAG} {path}: the {benchmark}.{scenario} line sets {name}, which the "
-                "command line alone decides: keep engine and SUT flags in the line"
-            )
     return flags
+
+
+def toml_flags(path: Path, benchmark: str, scenario: str) -> list[str]:
+    """The flags of an engine line kept as TOML: `benchmark` and `scenario` say which test it
+    is for, `[run]` holds run options (a partial RunSpec: its field names, engine flags under
+    `engine_args` or `engine_flags`), `[evidence]` what was measured with it and how."""
+    import tomllib
+
+    from harness.run.spec import RunSpec
+
+    try:
+        doc = tomllib.loads(path.read_text())
+    except OSError as exc:
+        raise UsageError(f"{FLAG} {path}: cannot read it ({exc.strerror or exc})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"{FLAG} {path}: not TOML: {exc}") from None
+    unknown = sorted(set(doc) - set(TOML_KEYS))
+    if unknown:
+        raise UsageError(
+            f"{FLAG} {path}: unknown key {unknown[0]!r}: an engine line holds "
+            f"{', '.join(TOML_KEYS)}"
+        )
+    if (doc.get("benchmark"), doc.get("scenario")) != (benchmark, scenario):
+        raise UsageError(
+            f"{FLAG} {path}: the line is for {doc.get('benchmark')}.{doc.get('scenario')}, not "
+            f"{benchmark}.{scenario}: pass the line of this benchmark and scenario"
+        )
+    run = doc.get("run", {})
+    if not isinstance(run, dict) or not isinstance(doc.get("evidence", {}), dict):
+        raise UsageError(f"{FLAG} {path}: [run] and [evidence] are tables")
+    try:
+        return RunSpec.partial_argv(run)
+    except UsageError as exc:
+        raise UsageError(f"{FLAG} {path}: [run] {exc}") from None
 
 
 def expand(

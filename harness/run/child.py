@@ -6,8 +6,7 @@ know to each of its runs).
 Why a child process: LoadGen reads mlperf.conf once per process, and a crashing engine must
 not take its caller with it. The child runs in its own process group under its time limit
 (harness.proc.children), logs nothing to MLflow (its caller does, if anyone) and writes its
-output to `OUTPUT/run.log`. This is the one place below the CLI that spells `run`'s flags;
-tests/test_child_run.py parses what it writes with the CLI's own parser.
+output to `OUTPUT/run.log`. The child's argv is its RunSpec's own (`RunSpec.to_argv`).
 """
 
 from __future__ import annotations
@@ -17,81 +16,48 @@ import shlex
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from harness.proc.children import EXIT_TIMEOUT, run_child
 from harness.run.engine_log import exception_lines, first_cause
 from harness.run.result import RESULT_FILE, RunResult
+from harness.run.spec import RunSpec
 
 RUN_LOG = "run.log"  # the child's stdout and stderr, in its output folder
 
 
 @dataclass(frozen=True)
 class ChildRun:
-    """What to run: the `run` request as flags, the child's environment and its time limit."""
+    """What to run: the run's spec, and how the child is started (its command, environment
+    and time limit), which no run option says."""
 
-    benchmark: str
-    scenario: str
-    mode: str
-    model: Path
-    dataset: Path
-    output: Path
-    user_conf: Path | None = None
-    max_tokens: int | None = None
-    ignore_eos: bool = False  # weights-free throughput runs only
-    output_lengths: str | None = None  # dataset column of each sample's output length
-    nltk_data: str | Path | None = None
-    stall_timeout_s: float | None = None  # None: the run's default
-    price_per_hour: float | None = None
-    offline_order: str | None = None  # SUT options (Offline); None: the run's default
-    warmup_samples: int | None = None
-    dp_routing: str | None = None  # data parallel: "ours" or "vllm"
-    engine_args: tuple[str, ...] = ()  # KEY=VALUE, each as --engine-arg
-    extra_args: tuple[str, ...] = ()  # further `run` flags as a user wrote them (engine flags)
+    spec: RunSpec
     env: tuple[tuple[str, str], ...] = ()  # set in the child's environment only
     timeout_s: float | None = None  # wall clock; the whole process group is ended after it
     timeout_flag: str = "its time limit"  # the caller's name for timeout_s, for messages
     command: str = "run"  # or "calibrate": it writes calibration.json, not result.json
+    command_args: tuple[str, ...] = ()  # the command's own flags (calibrate's --trials ...)
 
-    def run_flags(self) -> list[str]:
-        """The `run` command's arguments (after `mlperf-vllm run`)."""
-        flags = ["--benchmark", self.benchmark, "--scenario", self.scenario, "--mode", self.mode]
-        flags += ["--model", str(self.model), "--dataset", str(self.dataset)]
-        flags += ["--output", str(self.output)]
-        if self.user_conf is not None:
-            flags += ["--user-conf", str(self.user_conf)]
-        # The parent owns these folders: a retried trial or repeat replaces its own earlier run.
-        flags += ["--no-mlflow", "--no-progress", "--overwrite"]
-        if self.max_tokens:
-            flags += ["--max-tokens", str(self.max_tokens)]
-        if self.ignore_eos:
-            flags += ["--ignore-eos"]
-        if self.output_lengths:
-            flags += ["--output-lengths", self.output_lengths]
-        if self.nltk_data:
-            flags += ["--nltk-data", str(self.nltk_data)]
-        if self.stall_timeout_s is not None:
-            flags += ["--stall-timeout", f"{self.stall_timeout_s:g}"]
-        if self.price_per_hour is not None:
-            flags += ["--price-per-hour", f"{self.price_per_hour:g}"]
-        for pair in self.engine_args:
-            flags += ["--engine-arg", pair]
-        if self.offline_order is not None:
-            flags += ["--offline-order", self.offline_order]
-        if self.warmup_samples is not None:
-            flags += ["--warmup-samples", str(self.warmup_samples)]
-        if self.dp_routing is not None:
-            flags += ["--dp-routing", self.dp_routing]
-        return [*flags, *self.extra_args]
+    @property
+    def output(self) -> Path:
+        return self.spec.output
+
+    def flags(self) -> list[str]:
+        """The command's arguments (after `mlperf-vllm COMMAND`). The parent owns the child's
+        folder (a retried trial or repeat replaces its own earlier run) and the terminal; a
+        `run` child logs nothing to MLflow (its caller does, if anyone)."""
+        spec = replace(self.spec, overwrite=True, progress=False)
+        no_mlflow = ["--no-mlflow"] if self.command == "run" else []
+        return [*spec.to_argv(), *no_mlflow, *self.command_args]
 
     def argv(self) -> list[str]:
         """The child's command line: this interpreter, so the child runs the same install."""
-        return [sys.executable, "-m", "harness.cli", self.command, *self.run_flags()]
+        return [sys.executable, "-m", "harness.cli", self.command, *self.flags()]
 
     def describe(self) -> str:
         """The command as a user would type it."""
-        return shlex.join(["mlperf-vllm", self.command, *self.run_flags()])
+        return shlex.join(["mlperf-vllm", self.command, *self.flags()])
 
 
 @dataclass(frozen=True)

@@ -65,6 +65,7 @@ _OPTIONAL = frozenset(
         "sut_options",  # absent in files written before SUT options were recorded
         "loadgen_overrides",  # `run --target-qps / --min-duration / --min-query-count`
         "cluster",  # a Ray layout's cluster (harness.run.ray_cluster)
+        "spec",  # absent in files written before the run's spec was recorded
     }
 )
 
@@ -88,6 +89,9 @@ class RunResult:
     sut_options: dict[str, Any] | None = None
     # LoadGen settings the command line set on top of the conf (None: none)
     loadgen_overrides: dict[str, float] | None = None
+    # every option the run was given (harness.run.spec.RunSpec.record): a new option is
+    # recorded without a line here
+    spec: dict[str, Any] | None = None
     warnings: list[str] = field(default_factory=list)
     versions: dict[str, str] = field(default_factory=dict)
     started_at: str = ""

@@ -13,7 +13,7 @@ import logging
 import sys
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -68,66 +68,15 @@ from harness.run.settings import (
     planned_samples,
     set_mode,
 )
+from harness.run.spec import MODES, RunSpec
 from harness.run.timeline import record_timeline
 from harness.run.warmup import warm_up
 from harness.run.weights import check_model_weights
 from sut.engine import resolved_engine_args, resolved_settings
-from sut.lifecycle import (
-    DEFAULT_ENGINE_START_TIMEOUT_S,
-    DEFAULT_STALL_TIMEOUT_S,
-)
-from sut.routing import DEFAULT_ROUTING
 
 log = logging.getLogger(__name__)
 
-MODES = ("performance", "accuracy", "both")
 TEST06_AUDIT = "user_confs/audit/TEST06.config"  # shipped: MLCommons' TEST06 settings
-
-
-@dataclass(frozen=True)
-class RunRequest:
-    benchmark: str
-    scenario: str
-    mode: str
-    model: Path
-    dataset: Path
-    output: Path
-    user_conf: Path | None = None
-    audit_config: Path | None = None
-    engine_overrides: Mapping[str, Any] = field(default_factory=dict)
-    # LoadGen settings on top of the conf (harness.run.settings.OVERRIDES): target_qps,
-    # min_duration_s, min_query_count
-    loadgen_overrides: Mapping[str, float] = field(default_factory=dict)
-    allow_pickle: bool = False
-    progress: bool = True
-    max_tokens: int | None = None  # override the preset's (weights-free GPU runs)
-    ignore_eos: bool = False  # fixed-length outputs (weights-free GPU runs)
-    output_lengths: str | None = None  # a dataset column: each sample's max_tokens (ignore_eos)
-    # "99" / "99.9"; None: not chosen (the CLI resolves it by the round:
-    # harness.submission.rounds.accuracy_level_for); a scored run must name it.
-    accuracy_level: str | None = None
-    evaluate: bool = True
-    nltk_data: Path | None = None
-    submission: bool = False
-    round: str | None = None  # submission round the preflight judges by (harness.submission.rounds)
-    offline_order: str = "arrival"  # sut.offline.ORDERS: samples to the engine by prompt length
-    engine_stats: bool = False  # vLLM's scheduler stats into the timeline (Server-like SUT)
-    profile: str | None = None  # "STEPS[@SKIP]": vLLM's profiler over the performance test
-    verbose: bool = False  # vLLM's own output on the terminal, not only in OUTPUT/engine.log
-    # data_parallel_size > 1: who picks each request's engine, "ours" (sut.routing) or "vllm"
-    dp_routing: str = DEFAULT_ROUTING
-    warmup_samples: int = 0  # prompts (none of the test's) generated before it, untimed
-    price_per_hour: float | None = None  # dollars: adds cost per million output tokens
-    # No token for this long while samples are in flight fails the run (None: never).
-    stall_timeout_s: float | None = DEFAULT_STALL_TIMEOUT_S
-    engine_start_timeout_s: float | None = DEFAULT_ENGINE_START_TIMEOUT_S
-    overwrite: bool = False  # replace a completed run already in `output`
-    # After the run's tests, compliance TEST06 on the same engine (its logs in OUTPUT/TEST06):
-    # one engine start for performance, accuracy and TEST06.
-    test06: bool = False
-
-    def modes(self) -> list[str]:
-        return ["performance", "accuracy"] if self.mode == "both" else [self.mode]
 
 
 @dataclass
@@ -138,7 +87,7 @@ class RunOutcome:
 
 @dataclass(frozen=True)
 class PreparedRun:
-    request: RunRequest
+    request: RunSpec
     bench: Benchmark
     loadgen_model: str
     dataset: LoadedDataset
@@ -148,10 +97,10 @@ class PreparedRun:
     settings: Any  # mlperf_loadgen.TestSettings, built once (FromConfig: once per process)
     earlier: str | None = None  # an earlier run's status in `output`: its files get replaced
     cluster: dict[str, Any] | None = None  # the Ray cluster a Ray layout runs on (ray_cluster)
-    output_lengths: list[int] | None = None  # per sample index (RunRequest.output_lengths)
+    output_lengths: list[int] | None = None  # per sample index (RunSpec.output_lengths)
 
 
-def prepare(req: RunRequest) -> PreparedRun:
+def prepare(req: RunSpec) -> PreparedRun:
     """Every check that needs no engine: fail here, in seconds, not after an engine start,
     and before anything is written."""
     from sut.engine import EngineArgError, check_engine_config, make_engine_config
@@ -285,7 +234,7 @@ ACCURACY_BYTES_PER_TOKEN = 9
 PROFILE_BYTES = 64_000_000
 
 
-def log_space(req: RunRequest, samples: int, max_tokens: int) -> tuple[int, str]:
+def log_space(req: RunSpec, samples: int, max_tokens: int) -> tuple[int, str]:
     """Bytes the run's files may take in its output folder at most, and what they are."""
     need, parts = LOG_BASE_BYTES, ["its logs"]
     logged = (req.mode != "performance") + bool(req.test06 or req.audit_config)
@@ -314,8 +263,9 @@ def sut_options(prep: PreparedRun) -> dict[str, Any]:
 
 def run_identity(prep: PreparedRun) -> dict[str, Any]:
     """What a run records of what it runs (result.json fields): the benchmark, model, data,
-    engine args as asked, sampling, engine environment and SUT options. A sweep compares
-    these across configs; a calibration records them for its one engine."""
+    engine args as asked, sampling, engine environment, SUT options and every option of its
+    spec. A sweep compares these across configs; a calibration records them for its one
+    engine."""
     req = prep.request
     return {
         "benchmark": prep.bench.name,
@@ -330,6 +280,7 @@ def run_identity(prep: PreparedRun) -> dict[str, Any]:
         "env_vars": engine_env_vars(),
         "sut_options": sut_options(prep),
         "loadgen_overrides": dict(req.loadgen_overrides) or None,
+        "spec": req.record(),
     }
 
 
@@ -345,7 +296,7 @@ SettingsCheck = Callable[[Any, PreparedRun], PreflightVerdict]
 
 
 def run(
-    req: RunRequest,
+    req: RunSpec,
     *,
     prepared: PreparedRun | None = None,
     check_settings: SettingsCheck | None = None,

@@ -22,12 +22,12 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 from harness import files
 from harness.benchmarks import Benchmark, resolve
 from harness.errors import UsageError
 from harness.run.settings import OFFLINE_SLACK, whole_passes
+from harness.run.spec import RunSpec
 from harness.run.timeline import EARLY_STOPPING_MIN_QUERIES
 from harness.run.user_conf import parse_lines
 from harness.submission.calibrate_server import run_once
@@ -67,12 +67,10 @@ class CalibrateRequest:
     # Wall-clock limit of one trial (its process group is ended); hangs inside a trial are
     # caught sooner by the run's own --stall-timeout / --engine-start-timeout.
     trial_timeout_s: float | None = None
-    run_args: tuple[
-        str, ...
-    ] = ()  # passed to each `mlperf-vllm run` (engine flags, --max-tokens...)
-    # Server: the same flags as an in-process run request (harness.run.runner.RunRequest), for
-    # the trials that share one engine; the CLI builds it from run_args.
-    run_template: Any = None
+    # Each measurement run: calibrate's model, data and base conf with the `run` flags it was
+    # handed (engine flags, --max-tokens...). The Server trials run it in process on one
+    # engine (its output: OUTPUT/trials); a child run takes it with its own output and conf.
+    run: RunSpec | None = None
 
 
 def conf_key_lines(text: str, keys: Sequence[str]) -> str:
@@ -92,7 +90,10 @@ def _dataset_size(req: CalibrateRequest, bench: Benchmark) -> int:
     from harness.datasets import load_dataset
 
     return load_dataset(
-        req.dataset, bench, allow_pickle="--allow-pickle" in req.run_args, need_targets=False
+        req.dataset,
+        bench,
+        allow_pickle=req.run is not None and req.run.allow_pickle,
+        need_targets=False,
     ).size
 
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -60,9 +61,9 @@ def calibrate_server(
     limits = bench.server_limits
     if limits is None:
         raise UsageError(f"{bench.name} has no Server latency limits")
-    if req.run_template is None:
-        raise UsageError("calibrate needs the run's flags (internal: no run template)")
-    prep = prepare(req.run_template)
+    if req.run is None:
+        raise UsageError("calibrate needs the run's flags (internal: no run spec)")
+    prep = prepare(req.run)
     eng = TrialEngine(prep, req.output / "trials")
     print(f"calibrate: engine started in {eng.engine_start_s:.0f} s", flush=True)
     try:
@@ -140,15 +141,11 @@ def calibrate_server(
 
 def run_once(req: Any, scenario: str, conf: Path, out: Path, label: str = "") -> dict[str, Any]:
     """One `mlperf-vllm run --mode performance` in its own process; its performance result."""
+    if req.run is None:
+        raise UsageError("calibrate needs the run's flags (internal: no run spec)")
+    spec = replace(req.run, scenario=scenario, mode="performance", output=out, user_conf=conf)
     child = ChildRun(
-        benchmark=req.benchmark,
-        scenario=scenario,
-        mode="performance",
-        model=req.model,
-        dataset=req.dataset,
-        output=out,
-        user_conf=conf,
-        extra_args=req.run_args,
+        spec,
         timeout_s=req.trial_timeout_s,
         timeout_flag="--trial-timeout",
     )

@@ -3,6 +3,7 @@ config each line becomes."""
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import os
@@ -33,8 +34,9 @@ _SETTINGS = (
     "ignore_eos",
     "output_lengths",
 )
-# Options of our SUT a knob may set (`--sut KEY=VALUE`), fields of harness.run.child.ChildRun;
-# each run records them in result.json `sut_options`.
+# Options of our SUT a knob may set (`--sut KEY=VALUE`): fields of harness.run.spec.RunSpec,
+# applied over the plan's run with dataclasses.replace; each run records them in result.json
+# `sut_options`.
 SUT_KNOBS = ("offline_order", "warmup_samples", "dp_routing")
 
 
@@ -112,8 +114,10 @@ def _parse_change(tokens: list[str], where: str) -> Change:
             engine.append(value)
         elif opt == "--sut":
             if key not in SUT_KNOBS:
+                near = difflib.get_close_matches(key, SUT_KNOBS, n=1)
+                hint = f" (did you mean {near[0]}?)" if near else ""
                 raise PlanError(
-                    f"{where}: --sut {value!r}: {key!r} is not a SUT option; use one of "
+                    f"{where}: --sut {value!r}: {key!r} is not a SUT option{hint}; use one of "
                     f"{', '.join(SUT_KNOBS)}"
                 )
             sut.append((key, _sut_value(key, value.partition("=")[2], where)))
@@ -126,15 +130,13 @@ def _parse_change(tokens: list[str], where: str) -> Change:
 
 
 def _sut_value(key: str, value: str, where: str) -> str:
-    from sut.offline import ORDERS
-    from sut.routing import ROUTINGS
+    """A knob's `--sut KEY=VALUE` checked as the run will read it (RunSpec.parse_value)."""
+    from harness.run.spec import RunSpec
 
-    if key == "offline_order" and value not in ORDERS:
-        raise PlanError(f"{where}: --sut offline_order={value}: use one of {', '.join(ORDERS)}")
-    if key == "warmup_samples" and not value.isdigit():
-        raise PlanError(f"{where}: --sut warmup_samples={value}: give a whole number >= 0")
-    if key == "dp_routing" and value not in ROUTINGS:
-        raise PlanError(f"{where}: --sut dp_routing={value}: use one of {', '.join(ROUTINGS)}")
+    try:
+        RunSpec.parse_value(key, value)
+    except UsageError as exc:
+        raise PlanError(f"{where}: --sut {exc}") from None
     return value
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from harness.run.child import ChildOutcome, ChildRun, failure_line, run_in_child
 from harness.run.result import RunResult
+from harness.run.spec import RunSpec
 from harness.sweep.plan import REPEAT_FILE, ConfigSpec, Plan
 from harness.sweep.stats import RepeatOutcome
 
@@ -87,11 +88,14 @@ def child_run(
     allow_pickle: bool = False,
 ) -> ChildRun:
     """The `mlperf-vllm run` of one repeat of a config: the plan's settings, the config's
-    engine arguments, SUT options and environment (and `--allow-pickle` when the sweep got
-    it: a pickled dataset loads only with it)."""
+    engine arguments, SUT options (a partial RunSpec over the plan's) and environment (and
+    `--allow-pickle` when the sweep got it: a pickled dataset loads only with it)."""
     env = dict(spec.env)
-    sut = dict(spec.sut)
-    return ChildRun(
+    nltk_data = env.get("NLTK_DATA", os.environ.get("NLTK_DATA"))
+    given: dict[str, Any] = {k: RunSpec.parse_value(k, v) for k, v in spec.sut}
+    if stall_timeout_s is not None:  # None: the run's default; 0: never
+        given["stall_timeout_s"] = stall_timeout_s or None
+    run = RunSpec(
         benchmark=plan.benchmark,
         scenario=plan.scenario,
         mode=mode,
@@ -102,14 +106,13 @@ def child_run(
         max_tokens=plan.max_tokens,
         ignore_eos=plan.ignore_eos,
         output_lengths=plan.output_lengths,
-        nltk_data=env.get("NLTK_DATA", os.environ.get("NLTK_DATA")),
-        stall_timeout_s=stall_timeout_s,
+        nltk_data=Path(nltk_data) if nltk_data else None,
         price_per_hour=price_per_hour,
-        offline_order=sut.get("offline_order"),
-        warmup_samples=int(sut["warmup_samples"]) if "warmup_samples" in sut else None,
-        dp_routing=sut.get("dp_routing"),
         engine_args=spec.engine_args,
-        extra_args=("--allow-pickle",) if allow_pickle else (),
+        allow_pickle=allow_pickle,
+    )
+    return ChildRun(
+        dataclasses.replace(run, **given),
         env=spec.env,
         timeout_s=timeout_s,
         timeout_flag="--config-timeout",
@@ -194,9 +197,7 @@ def run_capacity_repeat(
         stall_timeout_s=stall_timeout_s,
         allow_pickle=allow_pickle,
     )
-    child = dataclasses.replace(
-        child, command="calibrate", extra_args=(*child.extra_args, *calibrate_args)
-    )
+    child = dataclasses.replace(child, command="calibrate", command_args=tuple(calibrate_args))
     outcome = capacity_outcome(run_in_child(child))
     if mode == "both" and outcome.status == "ok":
         acc_child = child_run(
