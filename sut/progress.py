@@ -3,10 +3,24 @@
 from __future__ import annotations
 
 import functools
+import sys
 import time
 from typing import Any
 
 from sut.stats import SUTStats
+
+TTY_INTERVAL_S = 0.5  # a terminal redraws its bar in place
+# A pipe or a log file gets each redraw as a line of its own (a 10-minute test at two a second
+# would be 1,200 lines): one every 10 s there.
+PIPE_INTERVAL_S = 10.0
+
+
+def _on_a_terminal() -> bool:
+    """Whether the bar's stream (stderr, as it is when a test begins) is a terminal."""
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):  # replaced by an object without a file, or closed
+        return False
 
 
 @functools.cache
@@ -22,7 +36,8 @@ def _bar_type() -> Any:
 
 
 class Progress:
-    """Completed samples and live output tokens/s on a tqdm bar, refreshed at most 2x a second.
+    """Completed samples and live output tokens/s on a tqdm bar, refreshed at most 2x a second
+    on a terminal, every 10 s into a pipe or a file.
 
     One bar per LoadGen test (`begin`), named after it ("Server performance", "Server
     accuracy"), its count from 0: a run of several tests on one engine does not add them up.
@@ -38,6 +53,7 @@ class Progress:
         self._planned: int | None = None
         self._issued = 0
         self._last = 0.0
+        self._tty = False
 
     def begin(self, label: str | None = None, planned: int | None = None) -> None:
         """A new bar for the next test; `planned`: the samples it will issue, if known."""
@@ -46,11 +62,12 @@ class Progress:
         self._issued = 0
         if self._enabled:
             desc = f"{self._desc} {label}" if label else self._desc
+            self._tty = _on_a_terminal()
             self._bar = _bar_type()(
                 total=self._planned or 0,
                 unit="sample",
                 desc=desc,
-                mininterval=0.5,
+                mininterval=TTY_INTERVAL_S if self._tty else PIPE_INTERVAL_S,
                 smoothing=0.1,
             )
 
@@ -64,7 +81,8 @@ class Progress:
         bar = self._bar
         if bar is not None and self._issued > (self._planned or 0):
             bar.total = self._issued
-            bar.refresh()
+            if self._tty:  # into a pipe, the next timed redraw shows it
+                bar.refresh()
 
     def update(self, n: int, stats: SUTStats) -> None:
         # The SUT's thread reports the test's last completions while the runner, whose test

@@ -5,7 +5,15 @@ themselves. The bar of a real run is read in test_server_e2e."""
 
 from __future__ import annotations
 
+import fcntl
+import os
+import pty
 import re
+import select
+import struct
+import sys
+import termios
+import time
 
 from harness.run.settings import IssuePlan, planned_samples
 from sut.progress import Progress
@@ -109,3 +117,35 @@ def test_planned_samples_per_test():
     assert planned_samples("accuracy", server, 24) == 24  # every sample once
     assert planned_samples("performance", None, 24) is None  # SingleStream: no plan
     assert planned_samples("TEST06", server, 24) is None
+
+
+def _draw_for(bar: Progress, seconds: float) -> None:
+    """A test's completions spread over `seconds`, one every 0.1 s."""
+    bar.begin("performance", 100)
+    stats = SUTStats()
+    for _ in range(int(seconds / 0.1)):
+        _issue(bar, 1, 1, stats)
+        time.sleep(0.1)
+    bar.end()
+
+
+def test_into_a_pipe_the_bar_draws_a_line_every_ten_seconds_not_two_a_second(capsys):
+    _draw_for(Progress(True, "Server"), 1.5)
+    states = _states(capsys.readouterr().err)  # pytest's capture: not a terminal
+    assert states == [("Server performance", 0, 100), ("Server performance", 15, 100)]
+
+
+def test_on_a_terminal_the_bar_redraws_twice_a_second(monkeypatch):
+    leader, follower = pty.openpty()
+    # a terminal 100 columns wide (a new pseudo-terminal has none: tqdm would draw nothing)
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 100, 0, 0))
+    drawn = b""
+    with os.fdopen(follower, "w") as tty:
+        monkeypatch.setattr(sys, "stderr", tty)
+        _draw_for(Progress(True, "Server"), 1.5)
+        tty.flush()
+        while select.select([leader], [], [], 0.2)[0]:  # read while the terminal is open
+            drawn += os.read(leader, 65536)
+    os.close(leader)
+    states = _states(drawn.decode())
+    assert len(states) >= 4 and states[-1] == ("Server performance", 15, 100), states
