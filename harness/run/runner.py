@@ -41,7 +41,7 @@ from harness.run.checks import (
 )
 from harness.run.cost import add_cost
 from harness.run.environment import RUN_VERSION_DISTS, engine_env_vars, installed_versions
-from harness.run.loadgen_call import EngineFailure
+from harness.run.loadgen_call import EngineFailure, OutputFull
 from harness.run.logs import ACCURACY_LOG, DETAIL_LOG, parse_detail_log, performance_result
 from harness.run.preflight_model import check_local_devices, check_model_tokenizer
 from harness.run.profile import (
@@ -337,11 +337,22 @@ def run(
         if result.status == "running":  # else the step that failed said how already
             result.status = ending_status(exc)
             result.error = f"{type(exc).__name__}: {exc}"
-        raise
-    finally:  # every ending leaves a final status (only SIGKILL leaves "running")
         result.finished_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-        result.write(result_path)
+        write_after_failure(result, result_path)
+        raise
+    # every ending leaves a final status (only SIGKILL leaves "running")
+    result.finished_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    result.write(result_path)
     return RunOutcome(result, result_path)
+
+
+def write_after_failure(result: RunResult, path: Path) -> None:
+    """result.json after a failure, whose own line must reach the user: a file system too full
+    to take it (what ended the run, maybe) costs a warning, not the reason."""
+    try:
+        result.write(path)
+    except OSError as exc:
+        print(f"warning: {path} not updated ({exc.strerror or exc})", flush=True)
 
 
 def local_path_arg(value: str) -> str:
@@ -399,7 +410,7 @@ def _run_tests(
     except BaseException as exc:
         result.status = ending_status(exc)
         result.error = session.start_error or f"{type(exc).__name__}: {exc}"
-        result.write(result_path)
+        write_after_failure(result, result_path)
         session.close()
         raise
     try:
@@ -468,14 +479,15 @@ def _run_on_engine(
     except BaseException as exc:
         result.status = ending_status(exc)
         result.error = f"{type(exc).__name__}: {exc}"
-        said = session.first_said() if isinstance(exc, EngineFailure) else None
+        engine_died = isinstance(exc, EngineFailure) and not isinstance(exc, OutputFull)
+        said = session.first_said() if engine_died else None
         if said and said in str(exc):
             said = None  # the watchdog's own reason already (a worker's death, as vLLM logged it)
         # the engine died mid-run: its front end only heard "EngineDeadError"
         why = f" (vLLM logged first: {said})" if said else ""
         result.error += why
         keep_stats(mode)
-        result.write(result_path)
+        write_after_failure(result, result_path)
         if isinstance(exc, (KeyboardInterrupt, EngineFailure)):
             session.stop_quickly()
         if why:

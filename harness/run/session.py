@@ -32,9 +32,14 @@ from harness.run.engine_log import (
     root_cause,
     route_vllm_logger,
 )
-from harness.run.loadgen_call import EngineFailure, loadgen_still_running, run_loadgen_test
+from harness.run.loadgen_call import (
+    EngineFailure,
+    failure_of,
+    loadgen_still_running,
+    run_loadgen_test,
+)
 from harness.run.ray_cluster import mark_ray_workers
-from sut.engine import describe_error, vllm_reason
+from sut.engine import vllm_reason
 from sut.lifecycle import DEFAULT_STOP_TIMEOUT_S, INTERRUPT_STOP_TIMEOUT_S, EngineStartTimeout
 
 STILL_GOING_S = 30.0  # a line this often while the engine starts
@@ -195,8 +200,9 @@ class EngineSession:
         progress: str | None = None,
         planned: int | None = None,
     ) -> None:
-        """One LoadGen test under the run's watches (stall timeout, lost worker); raises
-        EngineFailure when the engine failed during it. `progress`: the bar's label (None: no
+        """One LoadGen test under the run's watches (stall timeout, lost worker, a full output
+        file system); raises EngineFailure when the engine failed during it (OutputFull when
+        the file system filled). `progress`: the bar's label (None: no
         bar), over `planned` samples when known."""
         sut = self.sut
         sut.reset_stats()
@@ -212,13 +218,12 @@ class EngineSession:
             label,
             self.prep.request.stall_timeout_s,
             fatal=self.fatal,
+            space=self.folder,
         )
         if progress is not None:
             sut.end_progress()
         if sut.error is not None:
-            raise EngineFailure(
-                f"vLLM engine failed during the {label} test: {describe_error(sut.error)}"
-            )
+            raise failure_of(label, sut.error)
 
     def fatal(self) -> str | None:
         """vLLM's line for a lost worker or peer, once its processes printed one."""

@@ -27,6 +27,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from harness import files
 from harness.errors import UsageError
 from harness.proc import signals
 from harness.run.environment import engine_arg_defaults, environment_tags, snapshot_environment
@@ -188,9 +189,20 @@ def _tracking_failed(run: TrackedRun, exc: BaseException, output_dir: Path | Non
 
 
 def write_environment(output_dir: Path, env: Mapping[str, Any]) -> None:
-    """OUT/environment.json, so `log-run` can tag a folder with the machine that produced it."""
+    """OUT/environment.json, so `log-run` can tag a folder with the machine that produced it.
+    A folder that cannot take it (a full disk, maybe what ended the run) costs a warning: the
+    run's own result and its reason come first."""
     if output_dir.is_dir():
-        (output_dir / ENVIRONMENT_FILE).write_text(json.dumps(env, indent=2, default=str) + "\n")
+        try:
+            files.write_text(
+                output_dir / ENVIRONMENT_FILE, json.dumps(env, indent=2, default=str) + "\n"
+            )
+        except OSError as exc:
+            print(
+                f"warning: {output_dir / ENVIRONMENT_FILE} not written ({exc.strerror or exc})",
+                file=sys.stderr,
+                flush=True,
+            )
 
 
 @contextmanager
