@@ -7,7 +7,7 @@ meets min duration) is in test_package_e2e.py, which reuses that run for packagi
 
 from __future__ import annotations
 
-from harness.submission.calibrate import conf_key_lines
+from harness.calibrate.calibrate import conf_key_lines
 from tests.conftest import cli
 
 
@@ -46,7 +46,7 @@ def test_a_target_too_slow_for_early_stopping_gets_a_min_query_count():
     however fast the engine), so the conf asks for 662; a base conf's higher count stays.
     LoadGen pads the count to whole passes over the loaded samples (equal issue), so over a
     whole dataset the padding already issues enough, and the conf says how long it runs."""
-    from harness.submission.calibrate import _early_stopping_lines, _padded_over
+    from harness.calibrate.calibrate import _early_stopping_lines, _padded_over
 
     lines = _early_stopping_lines("llama3_1-8b", 9.9, 32, "", 0)
     assert lines[-1] == "llama3_1-8b.Server.min_query_count = 662"
@@ -92,8 +92,8 @@ def _confirm(monkeypatch, tmp_path, outcomes, **flags):
     here; the real confirmation runs are in test_calibrate_e2e."""
     from pathlib import Path
 
-    from harness.submission import calibrate_server
-    from harness.submission.calibrate import CalibrateRequest
+    from harness.calibrate import server as calibrate_server
+    from harness.calibrate.calibrate import CalibrateRequest
 
     script, ran, written = iter(outcomes), [], []
 

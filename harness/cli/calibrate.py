@@ -11,7 +11,7 @@ from harness.cli.common import EXIT_OK
 from harness.cli.flags import add_benchmark_argument, request_from_flags
 
 if TYPE_CHECKING:
-    from harness.submission.calibrate import CalibrateRequest
+    from harness.calibrate.calibrate import CalibrateRequest
 
 
 def add_parser(sub) -> None:
@@ -138,11 +138,11 @@ def add_parser(sub) -> None:
 def calibrate_request(args: argparse.Namespace, extra: list[str]) -> CalibrateRequest:
     """The flags as calibrate's request; `extra`: the flags calibrate does not know, passed to
     each `run` (engine flags, --max-tokens)."""
+    from harness.calibrate.calibrate import CalibrateRequest
     from harness.cli.run import partial_run_spec
     from harness.errors import UsageError
     from harness.resources import benchmark_conf, resolve_user_path
     from harness.run.spec import RunSpec
-    from harness.submission.calibrate import CalibrateRequest
 
     owned = [f for f in extra if f.split("=")[0] in ("--target-qps", "--min-query-count")]
     if owned:
@@ -168,8 +168,8 @@ def calibrate_request(args: argparse.Namespace, extra: list[str]) -> CalibrateRe
 
 
 def cmd_calibrate(args: argparse.Namespace, extra: list[str]) -> int:
+    from harness.calibrate.calibrate import calibrate
     from harness.folder_lock import one_writer
-    from harness.submission.calibrate import calibrate
 
     req = calibrate_request(args, extra)
     with one_writer(args.output, "--output"):  # its runs lock their own subfolders

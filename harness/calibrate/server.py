@@ -1,7 +1,7 @@
 """Server / Interactive calibration: the highest target QPS the engine *sustains* within the
 limits, confirmed by a run of the submission's length when asked.
 
-1. One engine (harness.run.trials.TrialEngine) runs every measurement of the search, each a
+1. One engine (harness.calibrate.trials.TrialEngine) runs every measurement of the search, each a
    LoadGen test of its own: first an Offline test, whose samples/s is the ceiling (no Server
    target above the same engine's Offline rate can be sustained: the search never tries one),
    then trials at fixed targets from `--start-qps` (default 0.9 x the ceiling) down by x0.8 until
@@ -55,8 +55,8 @@ def calibrate_server(
 ) -> tuple[list[str], float, dict[str, Any]]:
     """The conf lines of a Server / Interactive calibration, the target they set and the
     calibration's record (written to calibration.json, also when no trial passed)."""
+    from harness.calibrate.trials import TrialEngine, bounded_search
     from harness.run.runner import prepare
-    from harness.run.trials import TrialEngine, bounded_search
 
     limits = bench.server_limits
     if limits is None:

@@ -25,12 +25,12 @@ from pathlib import Path
 
 from harness import files
 from harness.benchmarks import Benchmark, resolve
+from harness.calibrate.server import run_once
 from harness.errors import UsageError
 from harness.run.settings import OFFLINE_SLACK, whole_passes
 from harness.run.spec import RunSpec
 from harness.run.timeline import EARLY_STOPPING_MIN_QUERIES
 from harness.run.user_conf import parse_lines
-from harness.submission.calibrate_server import run_once
 
 SUBMISSION_MIN_DURATION_S = 600
 
@@ -260,7 +260,7 @@ def trial_seconds(req: CalibrateRequest, bench: Benchmark) -> float:
 
 
 def _calibrate_server(req: CalibrateRequest, bench: Benchmark, lg_model: str, size: int) -> Path:
-    from harness.submission.calibrate_server import calibrate_server, confirm_target
+    from harness.calibrate.server import calibrate_server, confirm_target
 
     req = replace(req, trial_s=trial_seconds(req, bench))
     assert req.trial_s is not None
