@@ -11,7 +11,7 @@ from harness.cli.common import EXIT_OK
 from harness.cli.flags import add_benchmark_argument, request_from_flags
 
 if TYPE_CHECKING:
-    from harness.calibrate.calibrate import CalibrateRequest
+    from harness.calibrate.request import CalibrateRequest
 
 
 def add_parser(sub) -> None:
@@ -138,7 +138,7 @@ def add_parser(sub) -> None:
 def calibrate_request(args: argparse.Namespace, extra: list[str]) -> CalibrateRequest:
     """The flags as calibrate's request; `extra`: the flags calibrate does not know, passed to
     each `run` (engine flags, --max-tokens)."""
-    from harness.calibrate.calibrate import CalibrateRequest
+    from harness.calibrate.request import CalibrateRequest
     from harness.cli.run import partial_run_spec
     from harness.errors import UsageError
     from harness.resources import benchmark_conf, resolve_user_path
