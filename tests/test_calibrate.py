@@ -218,3 +218,31 @@ def test_calibration_json_keeps_its_keys_and_old_files_read(tmp_path):
     path.write_text('{"benchmark": "llama3_1-8b"}')
     with pytest.raises(ValueError):
         CalibrationRecord.read(path)
+
+
+def test_a_capacity_repeat_reads_its_calibration_record(tmp_path):
+    """The sweep's side: the highest passing target and the engine args of calibration.json;
+    a file that is no record leaves the repeat failed, naming the file."""
+    import json
+
+    from harness.run.child import ChildOutcome, ChildRun
+    from harness.run.spec import RunSpec
+    from harness.sweep.repeat import capacity_outcome
+
+    spec = RunSpec(
+        benchmark="llama3_1-8b",
+        scenario="Server",
+        model=tmp_path / "m",
+        dataset=tmp_path / "d",
+        output=tmp_path,
+    )
+    ran = ChildOutcome(
+        ChildRun(spec, command="calibrate"), 0, None, tmp_path / "run.log", 9.0, None
+    )
+    (tmp_path / "calibration.json").write_text(json.dumps(OLD_RECORD))
+    outcome = capacity_outcome(ran)
+    assert (outcome.status, outcome.capacity_qps) == ("ok", 10.8)
+    assert outcome.engine_args == {"max_num_seqs": 64}
+    (tmp_path / "calibration.json").write_text("{}")
+    outcome = capacity_outcome(ran)
+    assert outcome.status == "failed" and "calibration.json" in (outcome.error or "")
