@@ -14,7 +14,7 @@ from harness.cli import build_parser
 from harness.cli.calibrate import calibrate_request
 from harness.cli.flags import request_from_flags
 from harness.cli.sweep import sweep_options
-from harness.sweep.execute import SweepOptions
+from harness.sweep.options import SweepOptions
 
 
 def _parse(*argv: str) -> tuple[argparse.Namespace, list[str]]:

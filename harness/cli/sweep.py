@@ -6,7 +6,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.cli.flags import add_mlflow_arguments, request_from_flags, tracking_config
-from harness.sweep.execute import SweepOptions, run_sweep
+from harness.sweep.execute import run_sweep
+from harness.sweep.options import SweepOptions
 from harness.sweep.plan import KINDS, NOISE_FLOOR
 from harness.sweep.report import RULES, markdown_table
 
