@@ -1,6 +1,6 @@
 """Server / Interactive capacity: the highest target QPS a Server SUT sustains within the limits.
 
-One engine, many LoadGen tests (harness.run.trials.TrialEngine), each judged by the project's one
+One engine, many LoadGen tests (harness.calibrate.trials.TrialEngine), each judged by the project's one
 rule (harness.run.timeline.judge_trial): p99 TTFT and TPOT within the limits, early stopping
 where judgeable, and the engine keeping up over the trial's steady part (completions keep pace
 with issues, the backlog does not grow). An Offline test on the same engine gives the ceiling:
@@ -75,9 +75,9 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
 
 def start_engine(args, work: Path, overrides: dict, logs: Path | None = None):
     """prepare() the run the arguments describe and start its one engine: (TrialEngine, prep)."""
+    from harness.calibrate.trials import TrialEngine
     from harness.run.runner import prepare
     from harness.run.spec import RunSpec
-    from harness.run.trials import TrialEngine
     from sut.engine import engine_arg_pairs
 
     model, data = _dataset(args, work)
@@ -121,7 +121,7 @@ def main() -> int:
     args = p.parse_args()
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
-    from harness.run.trials import bounded_search
+    from harness.calibrate.trials import bounded_search
     from sut.engine import parse_engine_arg_pairs
 
     work = Path(tempfile.mkdtemp(prefix="server-capacity-"))

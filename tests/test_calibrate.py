@@ -7,7 +7,10 @@ meets min duration) is in test_package_e2e.py, which reuses that run for packagi
 
 from __future__ import annotations
 
-from harness.submission.calibrate import conf_key_lines
+import pytest
+
+from harness.calibrate.conf import conf_key_lines
+from harness.calibrate.record import CalibrationRecord
 from tests.conftest import cli
 
 
@@ -46,30 +49,30 @@ def test_a_target_too_slow_for_early_stopping_gets_a_min_query_count():
     however fast the engine), so the conf asks for 662; a base conf's higher count stays.
     LoadGen pads the count to whole passes over the loaded samples (equal issue), so over a
     whole dataset the padding already issues enough, and the conf says how long it runs."""
-    from harness.submission.calibrate import _early_stopping_lines, _padded_over
+    from harness.calibrate.conf import early_stopping_lines, padded_over
 
-    lines = _early_stopping_lines("llama3_1-8b", 9.9, 32, "", 0)
+    lines = early_stopping_lines("llama3_1-8b", 9.9, 32, "", 0)
     assert lines[-1] == "llama3_1-8b.Server.min_query_count = 662"
     assert "issues about 317" in lines[0] and lines[0].startswith("#")
     base = "*.Server.min_query_count = 1000\n"
-    assert _early_stopping_lines("llama3_1-8b", 9.9, 32, base, 0)[-1].endswith("= 1000")
-    assert _early_stopping_lines("llama3_1-8b", 30.0, 32, "", 0) == []  # 961 queries: enough
+    assert early_stopping_lines("llama3_1-8b", 9.9, 32, base, 0)[-1].endswith("= 1000")
+    assert early_stopping_lines("llama3_1-8b", 30.0, 32, "", 0) == []  # 961 queries: enough
     # 317 by time, padded over 40 loaded samples to 320: still short; 662 pads to 680
-    padded = _early_stopping_lines("llama3_1-8b", 9.9, 32, "", 40)
+    padded = early_stopping_lines("llama3_1-8b", 9.9, 32, "", 40)
     assert padded[-1].endswith("= 662") and "issues 680 and lasts about 69 s" in padded[0]
     # the 405B at 0.7 QPS over its 8,313 samples: one pass, no count needed, 3.3 h said
-    (slow,) = _early_stopping_lines("llama3_1-405b", 0.7, 600, "", 8313)
+    (slow,) = early_stopping_lines("llama3_1-405b", 0.7, 600, "", 8313)
     assert slow.startswith("#") and "8,313 queries" in slow and "11,876 s" in slow
     # three passes over the 8B's 13,368: 802 s for a 600 s run, said too
-    (longer,) = _early_stopping_lines("llama3_1-8b", 50.0, 600, "", 13368)
+    (longer,) = early_stopping_lines("llama3_1-8b", 50.0, 600, "", 13368)
     assert "40,104 queries" in longer and "802 s" in longer
-    assert _early_stopping_lines("llama3_1-8b", 22.0, 600, "", 13368) == []  # 607 s: within 10%
+    assert early_stopping_lines("llama3_1-8b", 22.0, 600, "", 13368) == []  # 607 s: within 10%
     # what the base conf says of the padding
-    assert _padded_over("", "llama3_1-8b", 13368) == 13368
+    assert padded_over("", "llama3_1-8b", 13368) == 13368
     override = "llama3_1-8b.Server.performance_sample_count_override = 500\n"
-    assert _padded_over(override, "llama3_1-8b", 13368) == 500
-    assert _padded_over(override, "llama2-70b", 24576) == 24576  # another model's line
-    assert _padded_over("*.*.sample_concatenate_permutation = 0\n", "llama3_1-8b", 13368) == 0
+    assert padded_over(override, "llama3_1-8b", 13368) == 500
+    assert padded_over(override, "llama2-70b", 24576) == 24576  # another model's line
+    assert padded_over("*.*.sample_concatenate_permutation = 0\n", "llama3_1-8b", 13368) == 0
 
 
 def _perf(valid: bool, kept_up: bool = True) -> dict:
@@ -92,8 +95,8 @@ def _confirm(monkeypatch, tmp_path, outcomes, **flags):
     here; the real confirmation runs are in test_calibrate_e2e."""
     from pathlib import Path
 
-    from harness.submission import calibrate_server
-    from harness.submission.calibrate import CalibrateRequest
+    from harness.calibrate import server as calibrate_server
+    from harness.calibrate.request import CalibrateRequest
 
     script, ran, written = iter(outcomes), [], []
 
@@ -106,7 +109,10 @@ def _confirm(monkeypatch, tmp_path, outcomes, **flags):
         "llama3_1-8b", "Interactive", Path("m"), Path("d"), tmp_path, backoff=0.1, confirm=True,
         **flags,
     )  # fmt: skip
-    record: dict = {}
+    record = CalibrationRecord(
+        "llama3_1-8b", "llama3_1-8b-interactive", "Interactive", {}, 1.0, 120.0, 1, 120.0,
+        1000, 60.0, [], 105.0, 0.1, {}, written_qps=100.0,
+    )  # fmt: skip
     qps, evidence = calibrate_server.confirm_target(
         req,
         "llama3_1-8b-interactive",
@@ -130,9 +136,11 @@ def test_a_target_is_confirmed_only_by_the_passes_asked_for_in_a_row(monkeypatch
     assert ran == ["confirm-1-qps-100", "confirm-2-qps-100", "confirm-3-qps-90", "confirm-4-qps-90"]
     assert qps == 90.0 and written[-1][0] == 90.0
     assert evidence[-1] == "# confirmed: 2 runs in a row of the conf's full duration held 90 QPS"
-    assert [r["held"] for r in record["confirmations"]] == [True, False, True, True]
-    assert record["confirmed_qps"] == 90.0 and record["confirm_passes"] == 2
-    assert json.loads((tmp_path / "calibration.json").read_text())["confirmed_qps"] == 90.0
+    assert [r.held for r in record.confirmations or []] == [True, False, True, True]
+    assert record.confirmed_qps == 90.0 and record.confirm_passes == 2
+    written_record = json.loads((tmp_path / "calibration.json").read_text())
+    assert written_record["confirmed_qps"] == 90.0
+    assert CalibrationRecord.read(tmp_path / "calibration.json") == record
 
 
 def test_one_pass_confirms_on_the_first_held_run(monkeypatch, tmp_path):
@@ -146,7 +154,7 @@ def test_no_target_held_in_a_row_is_not_confirmed(monkeypatch, tmp_path):
     qps, evidence, ran, record, _ = _confirm(
         monkeypatch, tmp_path, outcomes, confirm_runs=3, confirm_passes=2
     )
-    assert qps is None and record["confirmed_qps"] is None and len(ran) == 3
+    assert qps is None and record.confirmed_qps is None and len(ran) == 3
     assert evidence[-1] == (
         "# NOT CONFIRMED: no target was held by 2 runs in a row (last tried 90 QPS)"
     )
@@ -164,3 +172,77 @@ def test_more_passes_than_runs_is_refused_before_any_run(tiny_model, tiny_datase
     (line,) = proc.stderr.strip().splitlines()
     assert "--confirm-passes 3" in line and "--confirm-runs (2)" in line
     assert not out.exists()  # nothing made: the folder the command locked is gone again
+
+
+# calibration.json as calibrate wrote it before the record was typed (a capacity sweep reads
+# such files back): the same keys, in the same order, and the file reads.
+OLD_RECORD = {
+    "benchmark": "llama3_1-8b",
+    "loadgen_model": "llama3_1-8b",
+    "scenario": "Server",
+    "limits_ms": {"ttft_p99": 2000.0, "tpot_p99": 100.0},
+    "engine_start_s": 41.5,
+    "offline_samples_per_second": 12.0,
+    "gpus": 1,
+    "offline_samples_per_second_per_gpu": 12.0,
+    "measure_samples": 1000,
+    "trial_s": 60.0,
+    "trials": [
+        {
+            "name": "trial", "target_qps": 10.8, "duration_s": 60.0, "loaded_samples": 700,
+            "passed": True, "reasons": [], "notes": [], "validity": "VALID",
+            "ttft_p99_ms": 900.0, "tpot_p99_ms": 40.0, "completed_qps": 10.7, "queries": 650,
+            "wall_s": 66.0, "sustained": {"kept_up": True}, "log_dir": "trials/01-trial-10.8",
+            "extra": {"peak_engine_in_flight": 30},
+        }
+    ],
+    "highest_passing_qps": 10.8,
+    "backoff": 0.05,
+    "run": {"engine_args": {"max_num_seqs": 64}},
+    "written_qps": 10.26,
+}  # fmt: skip
+
+
+def test_calibration_json_keeps_its_keys_and_old_files_read(tmp_path):
+    import json
+
+    path = tmp_path / "calibration.json"
+    path.write_text(json.dumps(OLD_RECORD))
+    record = CalibrationRecord.read(path)
+    assert record.highest_passing_qps == 10.8 and record.trials[0].passed
+    assert record.confirmations is None
+    assert record.to_dict() == OLD_RECORD
+    assert list(record.to_dict()) == list(OLD_RECORD)
+    record.write(tmp_path / "again.json")
+    assert json.loads((tmp_path / "again.json").read_text()) == OLD_RECORD
+    path.write_text('{"benchmark": "llama3_1-8b"}')
+    with pytest.raises(ValueError):
+        CalibrationRecord.read(path)
+
+
+def test_a_capacity_repeat_reads_its_calibration_record(tmp_path):
+    """The sweep's side: the highest passing target and the engine args of calibration.json;
+    a file that is no record leaves the repeat failed, naming the file."""
+    import json
+
+    from harness.run.child import ChildOutcome, ChildRun
+    from harness.run.spec import RunSpec
+    from harness.sweep.repeat import capacity_outcome
+
+    spec = RunSpec(
+        benchmark="llama3_1-8b",
+        scenario="Server",
+        model=tmp_path / "m",
+        dataset=tmp_path / "d",
+        output=tmp_path,
+    )
+    ran = ChildOutcome(
+        ChildRun(spec, command="calibrate"), 0, None, tmp_path / "run.log", 9.0, None
+    )
+    (tmp_path / "calibration.json").write_text(json.dumps(OLD_RECORD))
+    outcome = capacity_outcome(ran)
+    assert (outcome.status, outcome.capacity_qps) == ("ok", 10.8)
+    assert outcome.engine_args == {"max_num_seqs": 64}
+    (tmp_path / "calibration.json").write_text("{}")
+    outcome = capacity_outcome(ran)
+    assert outcome.status == "failed" and "calibration.json" in (outcome.error or "")

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from harness.calibrate.request import CalibrateRequest
 from harness.cli import build_parser
 from harness.cli.calibrate import calibrate_request
 from harness.cli.flags import request_from_flags
 from harness.cli.sweep import sweep_options
-from harness.submission.calibrate import CalibrateRequest
-from harness.sweep.execute import SweepOptions
+from harness.sweep.options import SweepOptions
 
 
 def _parse(*argv: str) -> tuple[argparse.Namespace, list[str]]:
@@ -128,7 +128,7 @@ def test_trial_length_defaults_to_the_benchmarks():
     """Without --trial-s a Server trial lasts the benchmark's default: several of its sample
     latencies (a 70B sample takes 10-60 s near capacity; 60 s trials could not judge it)."""
     from harness.benchmarks import get_benchmark
-    from harness.submission.calibrate import trial_seconds
+    from harness.calibrate.request import trial_seconds
 
     args, extra = _parse(
         *("calibrate", "--benchmark", "llama2-70b", "--scenario", "Server"),

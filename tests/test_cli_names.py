@@ -256,11 +256,16 @@ def test_help_states_defaults_once():
     assert "(default: [])" not in run
     assert "(default 300; 0: never)" in run and "never) (default" not in run
     sweep = _help("sweep")
-    assert "(default 0.02)" in sweep and "(default: 0.02)" not in sweep
+    assert "called better/worse (default: 0.02)" in sweep and "(default 0.02)" not in sweep
+    assert "cannot be told from noise (default: 2)" in sweep
+    assert "process group is ended; default: no limit)" in sweep
     assert "--samples SAMPLES rows to write (default: 64)" in _help("make-dataset")
     # an option without help text still shows its default
     assert "--division {closed,open,network} (default: closed)" in _help("package")
-    assert "(default: 1.25)" in _help("calibrate")
+    calibrate = _help("calibrate")
+    assert "(default: 1.25)" in calibrate
+    assert "on a new layout) (default: 0.9)" in calibrate
+    assert "--model MODEL local checkpoint folder" in calibrate
 
 
 def test_every_subparser_uses_the_defaults_formatter():

@@ -185,7 +185,7 @@ def test_a_calibrate_trial_is_one_pass_whatever_the_schedule(tmp_path):
     arrivals reach, as trials did, LoadGen padded a second pass for some seeds (a trial twice
     its length); with `trial_counts`' three standard deviations more, every seed issues one
     pass of the loaded samples."""
-    from harness.run.trials import trial_counts
+    from harness.calibrate.trials import trial_counts
 
     wanted, loaded = trial_counts(1000.0, 0.3, 0, 10_000)
     assert (wanted, loaded) == (300, 352)

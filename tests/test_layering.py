@@ -5,9 +5,11 @@ evaluation -> harness.tracking. So:
 - `sut` imports neither `harness` nor `evaluation`;
 - `evaluation` imports no `sut`, and of `harness` only the shared top-level modules;
 - inside `harness`, each folder is a layer and imports only the layers below it:
-  shared (benchmarks, datasets, errors, files, resources, proc/) < run/ < tracking/, submission/,
-  sweep/, assets/ < cli/. The run layer never imports submission (the CLI hands the runner
-  the preflight), and nothing outside cli/ imports the CLI;
+  shared (benchmarks, datasets, errors, files, resources, proc/) < run/ < calibrate/ (trials on
+  one engine, the searches and their record) < tracking/, submission/, sweep/, assets/ < cli/.
+  calibrate/ may use the SUT, as its trials drive it; sweep/ reads calibration.json through it.
+  The run layer never imports submission (the CLI hands the runner the preflight), and nothing
+  outside cli/ imports the CLI;
 - no import cycle among modules, counting every import: at module level, inside functions and
   under TYPE_CHECKING (a lazy import still ties the two modules together);
 - the CLI turns its flags into typed requests and hands those down: no module below it imports
@@ -56,9 +58,17 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     # the one way processes are stopped, shared with the SUT's reaper (it imports nothing)
     "harness.proc": (*SHARED, "sut.reaper"),
     "harness.run": (*SHARED, *RUN, "sut", "evaluation"),
+    "harness.calibrate": (*SHARED, *RUN, "harness.calibrate", "sut"),
     "harness.tracking": (*SHARED, *RUN, "harness.tracking"),
     "harness.submission": (*SHARED, *RUN, "harness.submission", "evaluation"),
-    "harness.sweep": (*SHARED, *RUN, "harness.tracking", "harness.sweep", "sut"),
+    "harness.sweep": (
+        *SHARED,
+        *RUN,
+        "harness.calibrate",
+        "harness.tracking",
+        "harness.sweep",
+        "sut",
+    ),
     "harness.assets": (*SHARED, *RUN, "harness.assets"),
     "harness.cli": ("harness", "sut", "evaluation"),
 }

@@ -15,7 +15,8 @@ import pytest
 
 from harness.cli.sweep import add_sweep_arguments
 from harness.run.child import failure_line
-from harness.sweep.execute import Sweep, SweepOptions
+from harness.sweep.execute import Sweep
+from harness.sweep.options import SweepOptions
 from harness.sweep.plan import SINGLE_RUN, PlanError, make_config, parse_plan
 from harness.sweep.report import markdown_table, write_reports
 from harness.sweep.stats import RepeatOutcome, confounding, no_op, noise_verdict
@@ -299,7 +300,8 @@ def test_resume_skips_finished_repeats(tmp_path):
 
 def test_resume_refuses_a_finished_repeat_of_other_settings_before_any_run(tmp_path):
     from harness.errors import UsageError
-    from harness.sweep.execute import check_resume, run_sweep
+    from harness.sweep.execute import run_sweep
+    from harness.sweep.options import check_resume
     from harness.tracking import TrackingConfig
 
     plan = _stack_plan(tmp_path)
@@ -336,7 +338,7 @@ def test_resume_refuses_a_finished_repeat_of_other_settings_before_any_run(tmp_p
 
 
 def test_resume_of_a_stacked_sweep_knows_every_stack_it_may_have_kept(tmp_path):
-    from harness.sweep.execute import check_resume
+    from harness.sweep.options import check_resume
 
     plan = _stack_plan(tmp_path)
     out = tmp_path / "out"
@@ -738,7 +740,8 @@ def test_a_server_sweep_says_its_figure_does_not_rank_capacity(tmp_path):
 )
 def test_a_capacity_figure_fits_the_plan_before_anything_runs(tmp_path, scenario, options, match):
     from harness.errors import UsageError
-    from harness.sweep.execute import resolve_figure, run_sweep
+    from harness.sweep.execute import run_sweep
+    from harness.sweep.options import resolve_figure
     from harness.tracking import TrackingConfig
 
     path = _plan(tmp_path, "knob a --engine-arg max_num_seqs=8\n")

@@ -9,6 +9,7 @@ import random
 
 import pytest
 
+from harness.calibrate.trials import bounded_search
 from harness.run.timeline import (
     EARLY_STOPPING_MIN_QUERIES,
     judge_sustained,
@@ -16,7 +17,6 @@ from harness.run.timeline import (
     series,
     write_timeline,
 )
-from harness.run.trials import bounded_search
 
 
 def queue(rate: float, capacity: float, seconds: float, latency: float = 2.0, seed: int = 0):

@@ -11,7 +11,7 @@ from harness.cli.common import EXIT_OK
 from harness.cli.flags import add_benchmark_argument, request_from_flags
 
 if TYPE_CHECKING:
-    from harness.submission.calibrate import CalibrateRequest
+    from harness.calibrate.request import CalibrateRequest
 
 
 def add_parser(sub) -> None:
@@ -28,9 +28,15 @@ def add_parser(sub) -> None:
         required=True,
         type=scenario_name,
         choices=["Offline", "Server", "Interactive"],
+        help="the scenario the conf is for",
     )
-    cal.add_argument("--model", required=True, type=Path)
-    cal.add_argument("--dataset", required=True, type=Path)
+    cal.add_argument("--model", required=True, type=Path, help="local checkpoint folder")
+    cal.add_argument(
+        "--dataset",
+        required=True,
+        type=Path,
+        help="preprocessed dataset (.json, .jsonl, .parquet, .pkl with --allow-pickle)",
+    )
     cal.add_argument(
         "--output",
         required=True,
@@ -69,62 +75,8 @@ def add_parser(sub) -> None:
         "user_confs/examples/h200.conf): its line for this benchmark and scenario is applied "
         "as if typed first (flags given here win)",
     )
-    cal.add_argument(
-        "--start-qps",
-        type=float,
-        default=None,
-        help="Server: first trial QPS (default: --start-fraction x the same engine's Offline "
-        "samples/s)",
-    )
-    cal.add_argument(
-        "--start-fraction",
-        type=float,
-        default=0.9,
-        help="Server: without --start-qps, the first trial at this fraction of the same "
-        "engine's Offline samples/s (default 0.9; ~0.5 suits Interactive on a new layout)",
-    )
-    cal.add_argument("--trials", type=int, default=6, help="Server: trial runs")
-    cal.add_argument(
-        "--trial-s",
-        type=float,
-        default=None,
-        help="Server: seconds per trial; long enough for a queue above capacity to show "
-        "(several sample latencies; default: the benchmark's, 60 for the 8B, 240 for the "
-        "70B, 600 for the 405B)",
-    )
-    cal.add_argument(
-        "--trial-queries",
-        type=int,
-        default=0,
-        help="Server: at least this many queries per trial (default: target x --trial-s)",
-    )
-    cal.add_argument(
-        "--precision",
-        type=float,
-        default=0.02,
-        help="Server: stop when the highest pass and the lowest failure are this close",
-    )
-    cal.add_argument(
-        "--confirm",
-        action="store_true",
-        help="Server: run the written conf for its full min_duration and step the target "
-        "down by --backoff until a run is VALID and its engine kept up",
-    )
-    cal.add_argument("--confirm-runs", type=int, default=3, help="Server: confirmation runs")
-    cal.add_argument(
-        "--confirm-passes",
-        type=int,
-        default=1,
-        metavar="N",
-        help="Server: a target is confirmed only by N held runs in a row at it (runs of one conf "
-        "vary; each counts toward --confirm-runs)",
-    )
-    cal.add_argument(
-        "--backoff",
-        type=float,
-        default=0.05,
-        help="Server: written QPS = highest passing x (1 - backoff)",
-    )
+    _add_search_flags(cal)
+    _add_confirm_flags(cal)
     cal.add_argument(
         "--trial-timeout",
         type=float,
@@ -135,14 +87,79 @@ def add_parser(sub) -> None:
     )
 
 
+def _add_search_flags(p: argparse.ArgumentParser) -> None:
+    """The Server / Interactive search: where it starts, how many trials, how long each."""
+    p.add_argument(
+        "--start-qps",
+        type=float,
+        default=None,
+        help="Server: first trial QPS (default: --start-fraction x the same engine's Offline "
+        "samples/s)",
+    )
+    p.add_argument(
+        "--start-fraction",
+        type=float,
+        default=0.9,
+        help="Server: without --start-qps, the first trial at this fraction of the same "
+        "engine's Offline samples/s (~0.5 suits Interactive on a new layout)",
+    )
+    p.add_argument("--trials", type=int, default=6, help="Server: trial runs")
+    p.add_argument(
+        "--trial-s",
+        type=float,
+        default=None,
+        help="Server: seconds per trial; long enough for a queue above capacity to show "
+        "(several sample latencies; default: the benchmark's, 60 for the 8B, 240 for the "
+        "70B, 600 for the 405B)",
+    )
+    p.add_argument(
+        "--trial-queries",
+        type=int,
+        default=0,
+        help="Server: at least this many queries per trial (default: target x --trial-s)",
+    )
+    p.add_argument(
+        "--precision",
+        type=float,
+        default=0.02,
+        help="Server: stop when the highest pass and the lowest failure are this close",
+    )
+
+
+def _add_confirm_flags(p: argparse.ArgumentParser) -> None:
+    """`--confirm`'s full-length runs and the step down between them (the backoff also sets
+    the written target below the highest passing one)."""
+    p.add_argument(
+        "--confirm",
+        action="store_true",
+        help="Server: run the written conf for its full min_duration and step the target "
+        "down by --backoff until a run is VALID and its engine kept up",
+    )
+    p.add_argument("--confirm-runs", type=int, default=3, help="Server: confirmation runs")
+    p.add_argument(
+        "--confirm-passes",
+        type=int,
+        default=1,
+        metavar="N",
+        help="Server: a target is confirmed only by N held runs in a row at it (runs of one conf "
+        "vary; each counts toward --confirm-runs)",
+    )
+    p.add_argument(
+        "--backoff",
+        type=float,
+        default=0.05,
+        help="Server: written QPS = highest passing x (1 - backoff)",
+    )
+
+
 def calibrate_request(args: argparse.Namespace, extra: list[str]) -> CalibrateRequest:
     """The flags as calibrate's request; `extra`: the flags calibrate does not know, passed to
     each `run` (engine flags, --max-tokens)."""
+    from harness.calibrate.request import CalibrateRequest
     from harness.cli.run import partial_run_spec
     from harness.errors import UsageError
     from harness.resources import benchmark_conf, resolve_user_path
     from harness.run.spec import RunSpec
-    from harness.submission.calibrate import CalibrateRequest
 
     owned = [f for f in extra if f.split("=")[0] in ("--target-qps", "--min-query-count")]
     if owned:
@@ -168,8 +185,8 @@ def calibrate_request(args: argparse.Namespace, extra: list[str]) -> CalibrateRe
 
 
 def cmd_calibrate(args: argparse.Namespace, extra: list[str]) -> int:
+    from harness.calibrate.calibrate import calibrate
     from harness.folder_lock import one_writer
-    from harness.submission.calibrate import calibrate
 
     req = calibrate_request(args, extra)
     with one_writer(args.output, "--output"):  # its runs lock their own subfolders

@@ -6,7 +6,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.cli.flags import add_mlflow_arguments, request_from_flags, tracking_config
-from harness.sweep.execute import SweepOptions, run_sweep
+from harness.sweep.execute import run_sweep
+from harness.sweep.options import SweepOptions
 from harness.sweep.plan import KINDS, NOISE_FLOOR
 from harness.sweep.report import RULES, markdown_table
 
@@ -32,8 +33,8 @@ def add_sweep_arguments(p: Any) -> None:
         "--repeats",
         type=int,
         default=2,
-        help="runs per config (default 2; 1 gives no noise estimate: deltas of a few "
-        "percent cannot be told from noise)",
+        help="runs per config; 1 gives no noise estimate: deltas of a few percent cannot be "
+        "told from noise",
     )
     p.add_argument(
         "--accuracy",
@@ -54,7 +55,7 @@ def add_sweep_arguments(p: Any) -> None:
         "--noise-floor",
         type=float,
         default=NOISE_FLOOR,
-        help="smallest relative change called better/worse (default 0.02)",
+        help="smallest relative change called better/worse",
     )
     p.add_argument(
         "--price-per-hour",
@@ -69,7 +70,7 @@ def add_sweep_arguments(p: Any) -> None:
         metavar="S",
         dest="config_timeout_s",
         help="seconds one repeat may take before it is recorded as failed (its whole "
-        "process group is ended)",
+        "process group is ended; default: no limit)",
     )
     p.add_argument(
         "--figure",

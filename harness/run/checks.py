@@ -1,6 +1,8 @@
-"""The checks a run makes before anything is written and before its engine starts: the SUT
-options, the output folder (an earlier run in it), the model path, the user.conf lines LoadGen
-would ignore, NLTK's punkt for an accuracy run. Each failure is one UsageError line."""
+"""The checks a run makes before anything is written and before its engine starts: the run's
+inputs (mode, SUT options, benchmark, the output folder and an earlier run in it, the model
+path, user.conf, audit config), the user.conf lines LoadGen would ignore, NLTK's punkt for an
+accuracy run, the model folder against the engine config and the dataset. Each failure is one
+UsageError line."""
 
 from __future__ import annotations
 
@@ -8,12 +10,24 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from harness.benchmarks import Benchmark, resolve
+from harness.datasets import (
+    LoadedDataset,
+    check_tokenizer_matches,
+    model_vocab_and_context,
+    validate_against_model,
+)
 from harness.errors import UsageError
+from harness.files import check_output_dir
 from harness.run.engine_log import ENGINE_LOG, ENGINE_START_LOG
+from harness.run.preflight_model import check_local_devices, check_model_tokenizer
 from harness.run.profile import PROFILE_DIR
 from harness.run.result import RESULT_FILE, TEST06_DIR, RunResult
 from harness.run.settings import LOADGEN_SCENARIO, NO_AUDIT_NAME
+from harness.run.spec import MODES, RunSpec
 from harness.run.user_conf import ignored_lines
+from harness.run.weights import check_model_weights
+from sut.engine import EngineConfig
 from sut.routing import PER_NODE_BALANCING
 
 
@@ -140,3 +154,57 @@ def require_punkt(nltk_data: Path | None) -> None:
         raise UsageError(
             f"{exc}; or pass --no-evaluate and score the log later with `mlperf-vllm evaluate`"
         ) from None
+
+
+def check_run_inputs(req: RunSpec) -> tuple[Benchmark, str, str | None]:
+    """The run's own inputs: mode, SUT options, benchmark and scenario, output folder (and the
+    run it holds), model path, user.conf, audit config. (benchmark, LoadGen model, earlier)."""
+    if req.mode not in MODES:
+        raise UsageError(f"unknown mode {req.mode!r}: choose one of {', '.join(MODES)}")
+    check_sut_options(req)
+    try:
+        bench, loadgen_model = resolve(req.benchmark, req.scenario)
+    except (KeyError, ValueError) as exc:
+        raise UsageError(str(exc).strip("'\"")) from None
+    check_output_dir(req.output, "--output")
+    earlier = earlier_run(req.output, req.overwrite)
+    check_model_path(req.model)
+    if req.user_conf is not None and not req.user_conf.is_file():
+        raise UsageError(
+            f"user.conf {req.user_conf} does not exist: pass --user-conf with an existing file "
+            "(see user_confs/)"
+        )
+    if req.test06 and req.audit_config is not None:
+        raise UsageError(
+            "--test06 runs TEST06 after the run's own tests with the shipped TEST06 settings, "
+            "and --audit-config turns every test of the run into an audit test: pass one of them"
+        )
+    if req.audit_config is not None and not req.audit_config.is_file():
+        raise UsageError(
+            f"audit config {req.audit_config} does not exist: pass --audit-config with the "
+            "compliance test's audit.config"
+        )
+    return bench, loadgen_model, earlier
+
+
+def check_model(
+    req: RunSpec, engine_config: EngineConfig, dataset: LoadedDataset, max_tokens: int
+) -> None:
+    """The model folder against the engine config (weights, tokenizer, devices) and the
+    dataset's prompts against the model (vocabulary, context length)."""
+    load_format = str(engine_config.kwargs.get("load_format", "auto"))
+    check_model_weights(req.model, load_format)
+    check_model_tokenizer(req.model, engine_config.kwargs)
+    check_local_devices(engine_config.kwargs)
+    if req.model.is_dir():
+        vocab, ctx = model_vocab_and_context(req.model)
+        max_len = engine_config.kwargs.get("max_model_len") or ctx
+        if load_format != "dummy":
+            check_tokenizer_matches(req.model, vocab)
+        validate_against_model(
+            dataset.prompts,
+            vocab_size=vocab,
+            max_model_len=max_len,
+            max_tokens=max_tokens,
+            path=dataset.path,
+        )

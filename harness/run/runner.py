@@ -18,24 +18,19 @@ from pathlib import Path
 from typing import Any
 
 from harness import files
-from harness.benchmarks import Benchmark, resolve
+from harness.benchmarks import Benchmark
 from harness.datasets import (
     LoadedDataset,
-    check_tokenizer_matches,
     file_sha256,
     load_dataset,
-    model_vocab_and_context,
     output_lengths,
-    validate_against_model,
 )
 from harness.errors import UsageError
-from harness.files import check_output_dir
 from harness.resources import require_shipped
 from harness.run.checks import (
-    check_model_path,
-    check_sut_options,
+    check_model,
+    check_run_inputs,
     clear_earlier_run,
-    earlier_run,
     ignored_user_conf_lines,
     require_punkt,
 )
@@ -43,7 +38,6 @@ from harness.run.cost import add_cost
 from harness.run.environment import RUN_VERSION_DISTS, engine_env_vars, installed_versions
 from harness.run.loadgen_call import EngineFailure, OutputFull
 from harness.run.logs import ACCURACY_LOG, DETAIL_LOG, parse_detail_log, performance_result
-from harness.run.preflight_model import check_local_devices, check_model_tokenizer
 from harness.run.profile import (
     PROFILE_DIR,
     brief,
@@ -68,11 +62,10 @@ from harness.run.settings import (
     planned_samples,
     set_mode,
 )
-from harness.run.spec import MODES, RunSpec
+from harness.run.spec import RunSpec
 from harness.run.timeline import record_timeline
 from harness.run.warmup import warm_up
-from harness.run.weights import check_model_weights
-from sut.engine import resolved_engine_args, resolved_settings
+from sut.engine import EngineConfig, resolved_engine_args, resolved_settings
 
 log = logging.getLogger(__name__)
 
@@ -103,34 +96,43 @@ class PreparedRun:
 def prepare(req: RunSpec) -> PreparedRun:
     """Every check that needs no engine: fail here, in seconds, not after an engine start,
     and before anything is written."""
-    from sut.engine import EngineArgError, check_engine_config, make_engine_config
-
-    if req.mode not in MODES:
-        raise UsageError(f"unknown mode {req.mode!r}: choose one of {', '.join(MODES)}")
-    check_sut_options(req)
-    try:
-        bench, loadgen_model = resolve(req.benchmark, req.scenario)
-    except (KeyError, ValueError) as exc:
-        raise UsageError(str(exc).strip("'\"")) from None
-    check_output_dir(req.output, "--output")
-    earlier = earlier_run(req.output, req.overwrite)
-    check_model_path(req.model)
-    if req.user_conf is not None and not req.user_conf.is_file():
-        raise UsageError(
-            f"user.conf {req.user_conf} does not exist: pass --user-conf with an existing file "
-            "(see user_confs/)"
-        )
-    if req.test06 and req.audit_config is not None:
-        raise UsageError(
-            "--test06 runs TEST06 after the run's own tests with the shipped TEST06 settings, "
-            "and --audit-config turns every test of the run into an audit test: pass one of them"
-        )
-    if req.audit_config is not None and not req.audit_config.is_file():
-        raise UsageError(
-            f"audit config {req.audit_config} does not exist: pass --audit-config with the "
-            "compliance test's audit.config"
-        )
+    bench, loadgen_model, earlier = check_run_inputs(req)
     warnings: list[str] = []
+    settings = _test_settings(req, loadgen_model, warnings)
+    dataset = _load_run_dataset(req, bench)
+    engine_config = _engine_config(req)
+    max_tokens = req.max_tokens or bench.sampling.max_tokens
+    check_model(req, engine_config, dataset, max_tokens)
+    need, what = log_space(req, dataset.size, max_tokens)
+    files.check_free_space(req.output, need, "--output", what)
+    lengths = None  # each sample's own max_tokens: checked with the dataset, before vLLM loads
+    if req.output_lengths is not None:
+        least = 1 if req.scenario == "Offline" else 2
+        lengths = output_lengths(dataset, req.output_lengths, max_tokens, least=least)
+        warnings.append(
+            f"output lengths from column {req.output_lengths!r} (mean "
+            f"{sum(lengths) / len(lengths):.1f} tokens): a throughput study only"
+        )
+    cluster = _check_engine(req, engine_config)
+    sampling = _sampling(req, bench, engine_config, lengths, warnings)
+    return PreparedRun(
+        req,
+        bench,
+        loadgen_model,
+        dataset,
+        engine_config,
+        sampling,
+        warnings,
+        settings,
+        earlier,
+        cluster,
+        lengths,
+    )
+
+
+def _test_settings(req: RunSpec, loadgen_model: str, warnings: list[str]) -> Any:
+    """LoadGen's TestSettings of the first test (mlperf.conf, the user.conf, the command
+    line's overrides), checked; what LoadGen would ignore or the flags override is warned of."""
     check_overrides(req.scenario, req.loadgen_overrides)
     settings = build_test_settings(
         SettingsRequest(loadgen_model, req.scenario, req.user_conf), req.modes()[0]
@@ -143,14 +145,26 @@ def prepare(req: RunSpec) -> PreparedRun:
         warnings.append(f"LoadGen settings overridden on the command line: {shown}")
     if req.user_conf is not None:
         warnings += ignored_user_conf_lines(req, loadgen_model)
+    return settings
+
+
+def _load_run_dataset(req: RunSpec, bench: Benchmark) -> LoadedDataset:
+    """The dataset, with its targets when the run scores accuracy (and what scoring needs)."""
     need_targets = "accuracy" in req.modes() and req.evaluate
     if need_targets:
         require_punkt(req.nltk_data)
         if req.accuracy_level is None:
             raise UsageError("no accuracy level to score at: pass --accuracy-level 99 or 99.9")
-    dataset = load_dataset(
+    return load_dataset(
         req.dataset, bench, allow_pickle=req.allow_pickle, need_targets=need_targets
     )
+
+
+def _engine_config(req: RunSpec) -> EngineConfig:
+    """The engine's configuration from the model and the engine flags (--profile's window
+    among them), local paths as vLLM must see them."""
+    from sut.engine import make_engine_config
+
     window = check_profile(req.profile, req.engine_overrides)
     overrides = dict(req.engine_overrides)
     if window is not None:
@@ -159,42 +173,32 @@ def prepare(req: RunSpec) -> PreparedRun:
         overrides["profiler_config"] = profiler_config(window, req.output)
     if isinstance(overrides.get("tokenizer"), str):  # a local folder, as the model's (below)
         overrides["tokenizer"] = local_path_arg(overrides["tokenizer"])
-    engine_config = make_engine_config(local_path_arg(str(req.model)), overrides)
-    load_format = str(engine_config.kwargs.get("load_format", "auto"))
-    check_model_weights(req.model, load_format)
-    check_model_tokenizer(req.model, engine_config.kwargs)
-    check_local_devices(engine_config.kwargs)
-    max_tokens = req.max_tokens or bench.sampling.max_tokens
-    if req.model.is_dir():
-        vocab, ctx = model_vocab_and_context(req.model)
-        max_len = engine_config.kwargs.get("max_model_len") or ctx
-        if load_format != "dummy":
-            check_tokenizer_matches(req.model, vocab)
-        validate_against_model(
-            dataset.prompts,
-            vocab_size=vocab,
-            max_model_len=max_len,
-            max_tokens=max_tokens,
-            path=dataset.path,
-        )
-    need, what = log_space(req, dataset.size, max_tokens)
-    files.check_free_space(req.output, need, "--output", what)
-    lengths = None  # each sample's own max_tokens: checked with the dataset, before vLLM loads
-    if req.output_lengths is not None:
-        least = 1 if req.scenario == "Offline" else 2
-        lengths = output_lengths(dataset, req.output_lengths, max_tokens, least=least)
-        warnings.append(
-            f"output lengths from column {req.output_lengths!r} (mean "
-            f"{sum(lengths) / len(lengths):.1f} tokens): a throughput study only"
-        )
-    try:  # what only vLLM can judge, judged by vLLM, still before any engine starts
+    return make_engine_config(local_path_arg(str(req.model)), overrides)
+
+
+def _check_engine(req: RunSpec, engine_config: EngineConfig) -> dict[str, Any] | None:
+    """What only vLLM can judge, judged by vLLM, and a Ray layout's cluster: still before any
+    engine starts. The cluster a Ray layout found (None without one)."""
+    from sut.engine import EngineArgError, check_engine_config
+
+    try:
         check_engine_config(
             engine_config,
             async_engine=not uses_offline_sut(req.scenario, engine_config.kwargs),
         )
     except EngineArgError as exc:
         raise UsageError(str(exc)) from None
-    cluster = check_ray_layout(engine_config.kwargs)  # a Ray layout: its cluster, in seconds
+    return check_ray_layout(engine_config.kwargs)  # a Ray layout: its cluster, in seconds
+
+
+def _sampling(
+    req: RunSpec,
+    bench: Benchmark,
+    engine_config: EngineConfig,
+    lengths: list[int] | None,
+    warnings: list[str],
+) -> dict[str, Any]:
+    """The run's sampling parameters; a departure from the benchmark's is warned of."""
     s = bench.sampling
     sampling = {
         "max_tokens": req.max_tokens or s.max_tokens,
@@ -211,19 +215,7 @@ def prepare(req: RunSpec) -> PreparedRun:
         warnings.append("ignore_eos is on: outputs have fixed length (throughput study only)")
     if engine_config.prefix_caching:
         warnings.append("prefix caching is on: not compliant with the MLPerf LLM rules")
-    return PreparedRun(
-        req,
-        bench,
-        loadgen_model,
-        dataset,
-        engine_config,
-        sampling,
-        warnings,
-        settings,
-        earlier,
-        cluster,
-        lengths,
-    )
+    return sampling
 
 
 # What a run writes besides accuracy logs (LoadGen's detail and summary logs, result.json,

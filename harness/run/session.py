@@ -1,6 +1,6 @@
 """One engine, started once, for a list of LoadGen tests: the part every caller that measures
 shares (a run's performance / accuracy / TEST06 tests in harness.run.runner, a calibration's
-trials and its Offline ceiling in harness.run.trials, the capacity benches).
+trials and its Offline ceiling in harness.calibrate.trials, the capacity benches).
 
 `EngineSession` owns what must be done the same way each time, so that callers cannot drift:
 - the start: vLLM's own output held back until the start is decided, then routed to the

@@ -1,1 +1,2 @@
-"""Submitting: round rules, preflight, calibration, packaging, the local checker, TEST06."""
+"""Submitting: round rules, preflight, packaging, the local checker, TEST06 (calibration is
+harness.calibrate)."""

@@ -36,34 +36,29 @@ Rules (also printed under the table):
 from __future__ import annotations
 
 import functools
-import itertools
 import json
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from harness.datasets import PICKLE_SUFFIXES
 from harness.errors import UsageError
 from harness.run.child import RUN_LOG
 from harness.run.cost import usd_per_million_tokens
+from harness.sweep.options import SweepOptions, check_resume, checked_plan, resolve_figure
 from harness.sweep.plan import (
     CONFIG_FILE,
-    KINDS,
-    NOISE_FLOOR,
     REPEAT_FILE,
     SINGLE_RUN,
     ConfigSpec,
     Knob,
     Plan,
     make_config,
-    parse_plan,
     plan_settings,
 )
 from harness.sweep.repeat import (
     CAPACITY_VALIDITY,
-    FIGURES,
     run_capacity_repeat,
     run_repeat,
 )
@@ -76,35 +71,6 @@ from harness.sweep.stats import (
     noise_verdict,
     rel_spread,
 )
-
-
-@dataclass(frozen=True)
-class SweepOptions:
-    kind: str = "isolation"
-    repeats: int = 2
-    accuracy: bool = False
-    output: Path = Path("runs/sweep")
-    resume: bool = False
-    keep_all: bool = False
-    noise_floor: float = NOISE_FLOOR
-    config_timeout_s: float | None = None
-    price_per_hour: float | None = None  # passed to every run; rows carry $/Mtok
-    stall_timeout_s: float | None = None  # each repeat's --stall-timeout (None: run's default)
-    # "tokens": a run's tokens/s; "capacity" (Server / Interactive): the highest target a
-    # `calibrate` search on the config's one engine passed, with these calibrate flags;
-    # "auto": capacity for a Server or Interactive plan, else tokens
-    figure: str = "auto"
-    calibrate_args: tuple[str, ...] = ()
-    allow_pickle: bool = False  # passed to every run: a pickled dataset loads only with it
-
-
-def resolve_figure(plan: Plan, options: SweepOptions) -> SweepOptions:
-    """The options with "auto" resolved: capacity for a Server / Interactive plan."""
-    if options.figure != "auto":
-        return options
-    server_like = plan.scenario in ("Server", "Interactive")
-    return replace(options, figure="capacity" if server_like else "tokens")
-
 
 RepeatRunner = Callable[[Plan, ConfigSpec, Path, str, "float | None"], RepeatOutcome]
 
@@ -433,61 +399,6 @@ class _ConfigFailed(Exception):
     """Raised inside a config's child run so MLflow ends it FAILED; caught by the sweep."""
 
 
-# --------------------------------------------------------------------------- resume
-
-
-def _expected_signatures(plan: Plan, options: SweepOptions) -> dict[str, set[str]]:
-    """Config folder -> the signatures its repeats carry under this plan (stacked: with any
-    set of the earlier knobs kept, since what was kept depends on the runs)."""
-    specs = [make_config(plan, 0, "baseline", [])]
-    for i, knob in enumerate(plan.knobs, start=1):
-        if options.kind == "isolation":
-            specs.append(make_config(plan, i, knob.name, [knob]))
-            continue
-        earlier = plan.knobs[: i - 1]
-        for n in range(len(earlier) + 1):
-            for kept in itertools.combinations(earlier, n):
-                specs.append(make_config(plan, i, "+" + knob.name, [*kept, knob]))
-    expected: dict[str, set[str]] = {}
-    for spec in specs:
-        expected.setdefault(spec.dirname, set()).add(spec.signature(plan, options.accuracy))
-    return expected
-
-
-def check_resume(plan: Plan, options: SweepOptions) -> None:
-    """Before any engine starts: every finished repeat of a config this plan holds ran under
-    this plan's settings. One that did not would be run again over its own files (the same
-    plan from another working directory names other absolute paths, for one), so it is
-    refused with the settings that differ. Folders of configs the plan does not hold (a plan
-    cut to the configs that finished) are left alone."""
-    expected = _expected_signatures(plan, options)
-    current = plan_settings(plan, options.accuracy)
-    for path in sorted(options.output.glob(f"*/rep*/{REPEAT_FILE}")):
-        config = path.parent.parent.name
-        if config not in expected:
-            continue
-        try:
-            stored = json.loads(path.read_text())
-        except ValueError:
-            continue  # unreadable: the repeat runs again, as one that never finished
-        if str(stored.get("signature", "")).partition("/")[0] in expected[config]:
-            continue
-        ran = stored.get("settings") or {}
-        keys = sorted(set(ran) | set(current)) if ran else []
-        diff = [
-            f"{k} {ran.get(k)!r} (this plan: {current.get(k)!r})"
-            for k in keys
-            if ran.get(k) != current.get(k)
-        ]
-        what = "; ".join(diff) or "its engine arguments, environment or SUT options"
-        raise UsageError(
-            f"--resume: {path.parent} is a finished repeat of {config} run with other "
-            f"settings ({what}); resuming would run it again over its files. Resume with the "
-            "plan and paths it ran with, from the working directory it ran in (relative paths "
-            "are taken from there), or pass a new --output"
-        )
-
-
 # --------------------------------------------------------------------------- entry point
 
 
@@ -501,32 +412,7 @@ def run_sweep(
     repeat (default: an `mlperf-vllm run` child)."""
     from harness import tracking
 
-    if options.kind not in KINDS:
-        raise UsageError(f"unknown sweep kind {options.kind!r}: choose one of {', '.join(KINDS)}")
-    if options.repeats < 1:
-        raise UsageError("--repeats must be at least 1")
-    if options.price_per_hour is not None and options.price_per_hour <= 0:
-        raise UsageError("--price-per-hour must be a positive number of dollars, e.g. 3.50")
-    if options.figure not in ("auto", *FIGURES):
-        raise UsageError(f"unknown --figure {options.figure!r}: choose one of {', '.join(FIGURES)}")
-    plan = parse_plan(plan_path)
-    if plan.dataset.suffix.lower() in PICKLE_SUFFIXES and not options.allow_pickle:
-        raise UsageError(
-            f"the plan's dataset {plan.dataset} is a pickle, and loading a pickle runs code "
-            "from the file: add --allow-pickle to the sweep if you trust it (every run gets "
-            "it), or point the plan at a Parquet copy"
-        )
-    options = resolve_figure(plan, options)
-    if options.figure == "capacity" and plan.scenario not in ("Server", "Interactive"):
-        raise UsageError(
-            f"--figure capacity is a Server or Interactive figure; the plan's scenario is "
-            f"{plan.scenario}: leave --figure out (tokens/s) or set `scenario Server`"
-        )
-    if options.calibrate_args and options.figure != "capacity":
-        raise UsageError(
-            "--trials / --trial-s / --measure-samples are a capacity sweep's (a Server or "
-            "Interactive plan): leave them out of this sweep"
-        )
+    plan, options = checked_plan(plan_path, options)
     out = options.output
     if (out / "sweep.json").exists() and not options.resume:
         raise UsageError(
@@ -536,20 +422,7 @@ def run_sweep(
         check_resume(plan, options)
     out.mkdir(parents=True, exist_ok=True)
     tracking.check_reachable(tracking_cfg)  # before any engine starts
-    meta = {
-        "plan": str(plan.path.resolve()),
-        "kind": options.kind,
-        "repeats": options.repeats,
-        "accuracy": options.accuracy,
-        "keep_all": options.keep_all,
-        "noise_floor": options.noise_floor,
-        "price_per_hour": options.price_per_hour,
-        "figure": options.figure,
-        "calibrate_args": list(options.calibrate_args),
-        **plan_settings(plan, options.accuracy),
-        "baseline": plan.baseline.describe(),
-        "knobs": {k.name: k.change.describe() for k in plan.knobs},
-    }
+    meta = _sweep_meta(plan, options)
     if note := figure_note(plan.scenario, options.figure):
         print(f"sweep: {note.strip()}", flush=True)
     name = f"{options.kind} sweep {plan.path.stem} ({out.name})"
@@ -595,3 +468,21 @@ def run_sweep(
         for name_ in ("sweep.md", "sweep.png"):
             parent.log_artifact(out / name_)
     return sweep
+
+
+def _sweep_meta(plan: Plan, options: SweepOptions) -> dict[str, Any]:
+    """What sweep.json and the MLflow parent record of the sweep as a whole."""
+    return {
+        "plan": str(plan.path.resolve()),
+        "kind": options.kind,
+        "repeats": options.repeats,
+        "accuracy": options.accuracy,
+        "keep_all": options.keep_all,
+        "noise_floor": options.noise_floor,
+        "price_per_hour": options.price_per_hour,
+        "figure": options.figure,
+        "calibrate_args": list(options.calibrate_args),
+        **plan_settings(plan, options.accuracy),
+        "baseline": plan.baseline.describe(),
+        "knobs": {k.name: k.change.describe() for k in plan.knobs},
+    }

@@ -163,6 +163,43 @@ def parse_plan(path: str | Path, *, check_engine_args: bool = True) -> Plan:
             f"cannot read plan {path}: {exc.strerror}: pass an existing plan file "
             "(see scripts/plans/)"
         ) from None
+    settings, baseline, knobs = _parse_lines(path, text)
+    for required in ("benchmark", "scenario", "model", "dataset"):
+        if required not in settings:
+            raise PlanError(f"{path}: no `{required}` line: the baseline needs one")
+    if not knobs:
+        raise PlanError(f"{path}: no `knob` lines: a sweep needs at least one knob")
+    if settings["scenario"] != "Offline" and (baseline.sut or any(k.change.sut for k in knobs)):
+        raise PlanError(f"{path}: --sut options apply to the Offline scenario only")
+    try:
+        from harness.benchmarks import resolve
+
+        resolve(settings["benchmark"], settings["scenario"])
+    except (KeyError, ValueError) as exc:
+        raise PlanError(f"{path}: {str(exc).strip(chr(39) + chr(34))}") from None
+    paths = _plan_paths(path, settings)
+    max_tokens, ignore_eos, output_lengths = _sampling(path, settings)
+    plan = Plan(
+        path=path,
+        text=text,
+        benchmark=settings["benchmark"],
+        scenario=settings["scenario"],
+        model=paths["model"],
+        dataset=paths["dataset"],
+        user_conf=paths.get("user_conf"),
+        max_tokens=max_tokens,
+        baseline=baseline,
+        knobs=tuple(knobs),
+        ignore_eos=ignore_eos,
+        output_lengths=output_lengths,
+    )
+    if check_engine_args:
+        validate_engine_args(plan)
+    return plan
+
+
+def _parse_lines(path: Path, text: str) -> tuple[dict[str, str], Change, list[Knob]]:
+    """The plan's lines, each checked as read: its settings, the baseline, the knobs."""
     settings: dict[str, str] = {}
     baseline = Change()
     knobs: list[Knob] = []
@@ -212,19 +249,13 @@ def parse_plan(path: str | Path, *, check_engine_args: bool = True) -> Plan:
                 f"{where}: unknown directive {word!r}: use one of "
                 f"{', '.join(_SETTINGS)}, baseline, knob"
             )
-    for required in ("benchmark", "scenario", "model", "dataset"):
-        if required not in settings:
-            raise PlanError(f"{path}: no `{required}` line: the baseline needs one")
-    if not knobs:
-        raise PlanError(f"{path}: no `knob` lines: a sweep needs at least one knob")
-    if settings["scenario"] != "Offline" and (baseline.sut or any(k.change.sut for k in knobs)):
-        raise PlanError(f"{path}: --sut options apply to the Offline scenario only")
-    try:
-        from harness.benchmarks import resolve
+    return settings, baseline, knobs
 
-        resolve(settings["benchmark"], settings["scenario"])
-    except (KeyError, ValueError) as exc:
-        raise PlanError(f"{path}: {str(exc).strip(chr(39) + chr(34))}") from None
+
+def _plan_paths(path: Path, settings: dict[str, str]) -> dict[str, Path]:
+    """The model, dataset and user.conf the plan names, resolved; each must exist."""
+    from harness.resources import resolve_user_path
+
     paths: dict[str, Path] = {}
     for key in ("model", "dataset", "user_conf"):
         if key in settings:
@@ -238,6 +269,11 @@ def parse_plan(path: str | Path, *, check_engine_args: bool = True) -> Plan:
                     "(relative paths are taken from the working directory)"
                 )
             paths[key] = p
+    return paths
+
+
+def _sampling(path: Path, settings: dict[str, str]) -> tuple[int | None, bool, str | None]:
+    """The plan's max_tokens, ignore_eos and output_lengths lines, checked."""
     max_tokens = None
     if "max_tokens" in settings:
         try:
@@ -258,23 +294,7 @@ def parse_plan(path: str | Path, *, check_engine_args: bool = True) -> Plan:
             f"{path}: output_lengths needs `ignore_eos yes` (each output runs to its length "
             "only when EOS is ignored): add that line"
         )
-    plan = Plan(
-        path=path,
-        text=text,
-        benchmark=settings["benchmark"],
-        scenario=settings["scenario"],
-        model=paths["model"],
-        dataset=paths["dataset"],
-        user_conf=paths.get("user_conf"),
-        max_tokens=max_tokens,
-        baseline=baseline,
-        knobs=tuple(knobs),
-        ignore_eos=ignore_eos,
-        output_lengths=output_lengths,
-    )
-    if check_engine_args:
-        validate_engine_args(plan)
-    return plan
+    return max_tokens, ignore_eos, output_lengths
 
 
 def validate_engine_args(plan: Plan) -> None:

@@ -11,11 +11,11 @@ The target a submitter ships comes from `mlperf-vllm calibrate --confirm` on the
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from pathlib import Path
 from typing import Any
 
+from harness.calibrate.record import CALIBRATION_FILE, CalibrationRecord
 from harness.run.child import ChildOutcome, ChildRun, failure_line, run_in_child
 from harness.run.result import RunResult
 from harness.run.spec import RunSpec
@@ -24,7 +24,6 @@ from harness.sweep.stats import RepeatOutcome
 
 FIGURES = ("tokens", "capacity")
 CAPACITY_VALIDITY = "sustained, not confirmed"
-CALIBRATION_FILE = "calibration.json"
 
 
 def _recorded(result: RunResult, name: str) -> Any:
@@ -149,13 +148,14 @@ def capacity_outcome(ran: ChildOutcome) -> RepeatOutcome:
     """A capacity repeat's outcome from its `calibrate` child: calibration.json's highest
     passing target, and the engine it ran as the calibration recorded it."""
     path = ran.child.output / CALIBRATION_FILE
+    record: CalibrationRecord | None = None
     try:
-        record = json.loads(path.read_text()) if path.is_file() else {}
+        record = CalibrationRecord.read(path) if path.is_file() else None
     except ValueError:
-        record = {}
-    run = record.get("run") or {}
+        record = None
+    run = (record.run if record else None) or {}
     result = RunResult.from_dict(run) if run else RunResult(loaded_keys=frozenset())
-    best = record.get("highest_passing_qps")
+    best = record.highest_passing_qps if record else None
     outcome = RepeatOutcome(
         status="ok",
         capacity_qps=None if best is None else float(best),

@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from harness.calibrate.record import TrialResult
 from harness.run.logs import parse_detail_log, performance_result
 from harness.run.runner import PreparedRun, add_latency_fields, run_identity
 from harness.run.session import EngineSession
@@ -45,52 +46,18 @@ def trial_counts(qps: float, duration_s: float, min_queries: int, size: int) -> 
     return wanted, min(max(wanted, one_pass), size)
 
 
-@dataclass
-class TrialResult:
-    """One Server-like trial: its settings, LoadGen's figures, the sustained verdict, the rule's
-    judgement."""
-
-    name: str
-    target_qps: float
-    duration_s: float  # min_duration asked
-    loaded_samples: int
-    passed: bool
-    reasons: list[str]
-    notes: list[str]
-    validity: str
-    ttft_p99_ms: float | None
-    tpot_p99_ms: float | None
-    completed_qps: float | None  # LoadGen's, drain included
-    queries: int
-    wall_s: float
-    sustained: dict[str, Any]
-    log_dir: str
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    def line(self) -> str:
-        s = self.sustained
-        kept = {True: "kept up", False: "FELL BEHIND", None: "not judged"}[s.get("kept_up")]
-        return (
-            f"{self.target_qps:g} QPS: TTFT p99 {_ms(self.ttft_p99_ms)}, TPOT p99 "
-            f"{_ms(self.tpot_p99_ms)}, completed {s.get('completed_qps_in_window', 0):.2f}/s "
-            f"in the steady part ({s.get('completed_to_issued', 0):.3f} of issued), backlog "
-            f"{s.get('backlog_start', 0):.0f} -> {s.get('backlog_end', 0):.0f}, {kept} -> "
-            + ("pass" if self.passed else "FAIL: " + "; ".join(self.reasons))
-        )
-
-
-def _ms(v: float | None) -> str:
-    return "n/a" if v is None else f"{v:,.1f} ms"
-
-
 class TrialEngine:
     """Start the engine of `prep` once (an EngineSession: vLLM's output in LOGS/engine.log, the
     run's watches over every trial); run trials on it; `close()` stops it."""
 
-    def __init__(self, prep: PreparedRun, logs: Path, *, ttft_ms=None, tpot_ms=None):
+    def __init__(
+        self,
+        prep: PreparedRun,
+        logs: Path,
+        *,
+        ttft_ms: float | None = None,
+        tpot_ms: float | None = None,
+    ):
         self.prep, self.logs = prep, logs
         # Built once by prepare() (mlperf.conf + the user.conf; Interactive is LoadGen's Server
         # scenario under the `-interactive` model name); each trial sets only its own fields.
@@ -149,7 +116,7 @@ class TrialEngine:
         duration_s: float,
         *,
         name: str = "trial",
-        max_in_flight=None,
+        max_in_flight: int | None = None,
         min_queries: int = 0,
     ) -> TrialResult:
         """One Server-like test at `qps` for about `duration_s`, judged by the one rule."""
@@ -221,7 +188,7 @@ class TrialEngine:
 
 
 def bounded_search(
-    measure,
+    measure: Callable[[float], bool],
     start: float,
     ceiling: float | None,
     trials: int,

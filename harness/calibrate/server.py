@@ -1,7 +1,7 @@
 """Server / Interactive calibration: the highest target QPS the engine *sustains* within the
 limits, confirmed by a run of the submission's length when asked.
 
-1. One engine (harness.run.trials.TrialEngine) runs every measurement of the search, each a
+1. One engine (harness.calibrate.trials.TrialEngine) runs every measurement of the search, each a
    LoadGen test of its own: first an Offline test, whose samples/s is the ceiling (no Server
    target above the same engine's Offline rate can be sustained: the search never tries one),
    then trials at fixed targets from `--start-qps` (default 0.9 x the ceiling) down by x0.8 until
@@ -29,34 +29,31 @@ limits, confirmed by a run of the submission's length when asked.
 
 from __future__ import annotations
 
-import json
 import math
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
-from harness import files
 from harness.benchmarks import Benchmark
+from harness.calibrate.conf import demo_lines, early_stopping_lines, padded_over, write_conf
+from harness.calibrate.measure import run_once
+from harness.calibrate.record import CALIBRATION_FILE, CalibrationRecord, ConfirmationRun
+from harness.calibrate.request import CalibrateRequest, trial_seconds
 from harness.errors import UsageError
-from harness.run.child import ChildRun, run_in_child
 from harness.run.ray_cluster import layout_of
 
-RECORD_FILE = "calibration.json"
-
-
-def write_record(req: Any, record: dict[str, Any]) -> None:
-    """calibration.json in the calibration's folder, written aside and renamed into place."""
-    files.write_text(req.output / RECORD_FILE, json.dumps(record, indent=2, default=str) + "\n")
+# write_conf(target, evidence lines): the conf rewritten with that target and evidence
+ConfWriter = Callable[[float, list[str]], None]
 
 
 def calibrate_server(
-    req: Any, bench: Benchmark, lg_model: str
-) -> tuple[list[str], float, dict[str, Any]]:
+    req: CalibrateRequest, bench: Benchmark, lg_model: str
+) -> tuple[list[str], float, CalibrationRecord]:
     """The conf lines of a Server / Interactive calibration, the target they set and the
     calibration's record (written to calibration.json, also when no trial passed)."""
+    from harness.calibrate.trials import TrialEngine, bounded_search
     from harness.run.runner import prepare
-    from harness.run.trials import TrialEngine, bounded_search
 
     limits = bench.server_limits
     if limits is None:
@@ -64,6 +61,7 @@ def calibrate_server(
     if req.run is None:
         raise UsageError("calibrate needs the run's flags (internal: no run spec)")
     prep = prepare(req.run)
+    trial_s = trial_seconds(req, bench)
     eng = TrialEngine(prep, req.output / "trials")
     print(f"calibrate: engine started in {eng.engine_start_s:.0f} s", flush=True)
     try:
@@ -80,7 +78,7 @@ def calibrate_server(
             raise UsageError(f"the Offline measurement reported no samples/s ({eng.logs})")
 
         def measure(qps: float) -> bool:
-            t = eng.trial(qps, req.trial_s, name="trial", min_queries=req.trial_queries)
+            t = eng.trial(qps, trial_s, name="trial", min_queries=req.trial_queries)
             each = f" [{qps / gpus:.3f} QPS per GPU over {gpus}]" if gpus > 1 else ""
             print(f"calibrate: {t.line()}{each}", flush=True)
             for note in t.notes:
@@ -93,25 +91,25 @@ def calibrate_server(
     finally:
         eng.close()
     trials = eng.trials
-    record: dict[str, Any] = {
-        "benchmark": req.benchmark,
-        "loadgen_model": lg_model,
-        "scenario": req.scenario,
-        "limits_ms": {"ttft_p99": limits.ttft_ms, "tpot_p99": limits.tpot_ms},
-        "engine_start_s": eng.engine_start_s,
-        "offline_samples_per_second": ceiling,
-        "gpus": gpus,  # tensor x pipeline x data parallel: figures per GPU are these / gpus
-        "offline_samples_per_second_per_gpu": round(ceiling / gpus, 4),
-        "measure_samples": req.measure_samples,
-        "trial_s": req.trial_s,
-        "trials": [t.to_dict() for t in trials],
-        "highest_passing_qps": best,
-        "backoff": req.backoff,
-        "run": run,  # the engine's args (asked and resolved), data, sampling, environment
-        "written_qps": None,
-    }
+    record = CalibrationRecord(
+        benchmark=req.benchmark,
+        loadgen_model=lg_model,
+        scenario=req.scenario,
+        limits_ms={"ttft_p99": limits.ttft_ms, "tpot_p99": limits.tpot_ms},
+        engine_start_s=eng.engine_start_s,
+        offline_samples_per_second=ceiling,
+        gpus=gpus,
+        offline_samples_per_second_per_gpu=round(ceiling / gpus, 4),
+        measure_samples=req.measure_samples,
+        trial_s=trial_s,
+        trials=list(trials),
+        highest_passing_qps=best,
+        backoff=req.backoff,
+        run=run,
+    )
+    record_path = req.output / CALIBRATION_FILE
     if best is None:
-        write_record(req, record)
+        record.write(record_path)
         lowest = min(t.target_qps for t in trials) if trials else 0
         raise UsageError(
             f"no trial passed (lowest tried {lowest:g} QPS; p99 TTFT {limits.ttft_ms:g} ms / "
@@ -120,13 +118,13 @@ def calibrate_server(
             f"{req.output / 'trials'})"
         )
     qps = math.floor(best * (1 - req.backoff) * 1000) / 1000
-    record["written_qps"] = qps
-    write_record(req, record)
+    record.written_qps = qps
+    record.write(record_path)
     lines = [
         f"# --- mlperf-vllm calibrate, {time.strftime('%Y-%m-%d %H:%M')} ---",
         f"# the same engine's Offline rate: {ceiling:.3f} samples/s (the search's ceiling"
         + (f"; {ceiling / gpus:.3f} per GPU over {gpus} GPUs)" if gpus > 1 else ")"),
-        f"# trials of >= {req.trial_s:g} s on one engine, each judged by p99 TTFT <= "
+        f"# trials of >= {trial_s:g} s on one engine, each judged by p99 TTFT <= "
         f"{limits.ttft_ms:g} ms, TPOT <= {limits.tpot_ms:g} ms ({lg_model}), early stopping "
         "where judgeable, and the engine keeping up over the steady part:",
     ]
@@ -139,43 +137,22 @@ def calibrate_server(
     return lines, qps, record
 
 
-def run_once(req: Any, scenario: str, conf: Path, out: Path, label: str = "") -> dict[str, Any]:
-    """One `mlperf-vllm run --mode performance` in its own process; its performance result."""
-    if req.run is None:
-        raise UsageError("calibrate needs the run's flags (internal: no run spec)")
-    spec = replace(req.run, scenario=scenario, mode="performance", output=out, user_conf=conf)
-    child = ChildRun(
-        spec,
-        timeout_s=req.trial_timeout_s,
-        timeout_flag="--trial-timeout",
-    )
-    print(f"calibrate: {label}{child.describe()}", flush=True)
-    outcome = run_in_child(child)
-    if not outcome.ok:
-        raise UsageError(
-            f"the calibration run failed (exit {outcome.rc}): {outcome.error} (logs in {out})"
-        )
-    if outcome.result is None or not outcome.result.performance:
-        raise UsageError(f"the calibration run in {out} has no performance result")
-    return outcome.result.performance
-
-
 def confirm_target(
-    req: Any,
+    req: CalibrateRequest,
     lg_model: str,
     conf: Path,
-    write_conf,
+    write_conf: ConfWriter,
     qps: float,
-    record: dict[str, Any],
+    record: CalibrationRecord,
 ) -> tuple[float | None, list[str]]:
     """Run the written conf for its full min_duration, stepping the target down by the backoff
     while the run is INVALID or its engine fell behind. `write_conf(qps, lines)` rewrites the
     conf with that target and the evidence lines so far; `record` (calibration.json) gets each
     run under "confirmations" and the held target as "confirmed_qps", and is rewritten after
     each run. Returns the confirmed target (None if no run held) and the evidence lines."""
-    runs: list[dict[str, Any]] = []
-    record["confirmations"], record["confirmed_qps"] = runs, None
-    record["confirm_passes"] = req.confirm_passes
+    runs: list[ConfirmationRun] = []
+    record.confirmations, record.confirmed_qps = runs, None
+    record.confirm_passes = req.confirm_passes
     evidence: list[str] = []
     passes = 0  # held runs in a row at the current target
     for attempt in range(1, req.confirm_runs + 1):
@@ -199,23 +176,23 @@ def confirm_target(
         print(f"calibrate: {line[2:]}", flush=True)
         evidence.append(line)
         runs.append(
-            {
-                "attempt": attempt,
-                "target_qps": qps,
-                "held": held,
-                "validity": perf.get("validity"),
-                "invalid_reasons": perf.get("invalid_reasons") or [],
-                "duration_s": perf.get("duration_s"),
-                "samples_per_second": perf.get("samples_per_second"),
-                "ttft_p99_ms": perf.get("ttft_p99_ms"),
-                "tpot_p99_ms": perf.get("tpot_p99_ms"),
-                "kept_up": sustained.get("kept_up"),
-                "output": str(out),
-            }
+            ConfirmationRun(
+                attempt=attempt,
+                target_qps=qps,
+                held=held,
+                validity=perf.get("validity"),
+                invalid_reasons=perf.get("invalid_reasons") or [],
+                duration_s=perf.get("duration_s"),
+                samples_per_second=perf.get("samples_per_second"),
+                ttft_p99_ms=perf.get("ttft_p99_ms"),
+                tpot_p99_ms=perf.get("tpot_p99_ms"),
+                kept_up=sustained.get("kept_up"),
+                output=str(out),
+            )
         )
         passes = passes + 1 if held else 0
-        record["confirmed_qps"] = qps if passes >= req.confirm_passes else None
-        write_record(req, record)
+        record.confirmed_qps = qps if passes >= req.confirm_passes else None
+        record.write(req.output / CALIBRATION_FILE)
         if passes >= req.confirm_passes:
             evidence.append(
                 f"# confirmed: a run of the conf's full duration held {qps:g} QPS"
@@ -234,3 +211,63 @@ def confirm_target(
     )
     evidence.append(f"# NOT CONFIRMED: {held_by} (last tried {qps:g} QPS)")
     return None, evidence
+
+
+def calibrate_server_conf(
+    req: CalibrateRequest, bench: Benchmark, lg_model: str, size: int
+) -> Path:
+    """Search (and confirm, when asked), then write OUTPUT/user.conf with the target."""
+
+    req = replace(req, trial_s=trial_seconds(req, bench))
+    assert req.trial_s is not None
+    if req.trial_s <= 0 or req.trials < 1 or not 0 <= req.backoff < 1:
+        raise UsageError("--trial-s and --trials must be positive and --backoff in [0, 1)")
+    if req.confirm and req.confirm_runs < 1:
+        raise UsageError("--confirm-runs must be at least 1")
+    if req.confirm and not 1 <= req.confirm_passes <= req.confirm_runs:
+        raise UsageError(
+            f"--confirm-passes {req.confirm_passes} must be between 1 and --confirm-runs "
+            f"({req.confirm_runs}): raise --confirm-runs or lower --confirm-passes"
+        )
+    search, qps, record = calibrate_server(req, bench, lg_model)
+    base = req.user_conf.read_text() if req.user_conf else ""
+    demo = demo_lines(bench, lg_model, "Server", req, size)
+    loaded = padded_over(base, lg_model, min(size, bench.performance_sample_count))
+    conf = req.output / "user.conf"
+
+    def write_target(target: float, evidence: list[str], banner: str = "") -> None:
+        count = early_stopping_lines(lg_model, target, req.min_duration_s, base, loaded)
+        keys = ["target_qps", "min_duration"] + (
+            ["min_query_count"] if any(not c.startswith("#") for c in count) else []
+        )
+        body = [*search, *evidence, f"{lg_model}.Server.target_qps = {target:g}", *count, *demo]
+        write_conf(conf, banner, base, keys, body)
+
+    if not req.confirm:
+        write_target(
+            qps,
+            [
+                "# not confirmed: run `calibrate --confirm` (or the conf itself) for the full "
+                "min_duration before trusting this target"
+            ],
+        )
+        print("\n".join(line for line in search if line.startswith("#")))
+        print(f"user.conf written: {conf}")
+        return conf
+    confirmed, evidence = confirm_target(req, lg_model, conf, write_target, qps, record)
+    if confirmed is None:
+        write_target(
+            qps, evidence, "# NOT CONFIRMED: no run of the full duration held; see the end.\n"
+        )
+        held_by = (
+            "no confirmation run held"
+            if req.confirm_passes == 1
+            else f"no target was held by {req.confirm_passes} confirmation runs in a row"
+        )
+        raise UsageError(
+            f"{held_by} ({len(record.confirmations or [])} tried, down to the last target in "
+            f"{conf}): the engine cannot sustain these rates for the full duration; try a "
+            "faster engine configuration or a larger --backoff"
+        )
+    print(f"user.conf written: {conf} (target {confirmed:g} QPS, confirmed)")
+    return conf
