@@ -69,7 +69,7 @@ from typing import Any
 
 import mlperf_loadgen as lg
 
-from sut.engine import SampleParams, describe_error, tokens_prompt
+from sut.engine import SampleParams, describe_error, shutdown_engine, tokens_prompt
 from sut.engine_stats import WARMUP_PREFIX
 from sut.ledger import Ledger
 from sut.lifecycle import DEFAULT_STOP_TIMEOUT_S, EngineStartTimeout, EngineSUT
@@ -532,7 +532,7 @@ class ServerSUT(EngineSUT):
         self._flush()
         engine, self._engine = self._engine, None
         if engine is not None:
-            engine.shutdown()
+            shutdown_engine(engine, getattr(engine, "vllm_config", None))
         await asyncio.sleep(0)  # let the engine's cancelled output handler unwind
 
     def stop(self, timeout_s: float = DEFAULT_STOP_TIMEOUT_S) -> None:

@@ -5,6 +5,8 @@ preset or MLPerf submission name (with the accuracy level the name carries), the
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -295,3 +297,24 @@ def test_every_command_that_writes_takes_output():
     assert _parse("make-dataset", "--tokenizer", "t", "--output", "o").out == Path("o")
     assert _parse("make-tiny-model", "--output", "m").output == Path("m")
     assert _parse("make-tiny-model", "m").dir == Path("m")
+
+
+def test_the_command_runs_its_exit_handlers_and_keeps_its_exit_code():
+    """`entry` skips the interpreter's teardown (seconds with vLLM loaded), not what a command
+    registered to run at exit, nor its exit code."""
+    script = (
+        "import atexit, sys; from harness.cli import entry; "
+        "atexit.register(lambda: print('handler ran', flush=True)); "
+        "sys.argv = ['mlperf-vllm'] + sys.argv[1:]; entry()"
+    )
+    ok = subprocess.run(
+        [sys.executable, "-c", script, "rounds"], capture_output=True, text=True, timeout=120
+    )
+    assert ok.returncode == 0 and ok.stdout.rstrip().endswith("handler ran"), ok.stderr
+    refused = subprocess.run(
+        [sys.executable, "-c", script, "rounds", "--benchmark", "no-such"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert refused.returncode == 2 and "handler ran" in refused.stdout, refused.stderr
