@@ -7,8 +7,8 @@ working folder. An editable install has no such packages (setuptools maps only t
 packages there); its files are the source tree's own.
 
 A path given on the command line that does not exist but is spelled as in the README
-(`user_confs/...`, `scripts/plans/...`) is looked up among the shipped files, so the README's
-commands work from any folder.
+(`user_confs/...`, `scripts/plans/...`) is looked up among the shipped files and folders (such as
+`user_confs/engines/h200`, for `--engine-line`), so the README's commands work from any folder.
 """
 
 from __future__ import annotations
@@ -24,6 +24,13 @@ SHIPPED = {"user_confs": "harness.user_confs", "scripts/plans": "harness.plans"}
 def shipped_file(relative: str | Path) -> Path | None:
     """The installed file for a source-tree path such as `user_confs/smoke/offline.conf`,
     or None when no such file ships."""
+    path = _shipped(relative)
+    return path if path is not None and path.is_file() else None
+
+
+def _shipped(relative: str | Path) -> Path | None:
+    """Where a source-tree path under a shipped folder is installed, file or folder; None when
+    it names no shipped folder's content."""
     text = Path(relative).as_posix()
     for folder, package in SHIPPED.items():
         if not text.startswith(folder + "/"):
@@ -33,7 +40,7 @@ def shipped_file(relative: str | Path) -> Path | None:
             path = Path(str(resources.files(package).joinpath(rest)))
         except ModuleNotFoundError:  # editable install: the source tree is the installation
             path = SOURCE_ROOT / folder / rest
-        return path if path.is_file() else None
+        return path if path.exists() else None
     return None
 
 
@@ -45,11 +52,11 @@ def require_shipped(relative: str) -> Path:
 
 
 def resolve_user_path(path: Path | None) -> Path | None:
-    """`path` itself when it exists (or is None); else the shipped file it names, if any;
-    else `path` unchanged, for the caller's own "does not exist" error."""
+    """`path` itself when it exists (or is None); else the shipped file or folder it names, if
+    any; else `path` unchanged, for the caller's own "does not exist" error."""
     if path is None or path.exists():
         return path
-    return shipped_file(path) or path
+    return _shipped(path) or path
 
 
 def smoke_conf(scenario: str) -> Path:

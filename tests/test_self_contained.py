@@ -228,6 +228,7 @@ print(r.smoke_conf("offline"))
 print(r.benchmark_conf("llama3_1-8b-interactive", "Interactive"))
 print(r.resolve_user_path(__import__("pathlib").Path("scripts/plans/smoke_cpu.txt")))
 print(r.require_shipped("user_confs/audit/TEST06.config"))
+print(r.resolve_user_path(__import__("pathlib").Path("user_confs/engines/h200")))
 """
     run = subprocess.run(
         [str(venv / "bin" / "python"), "-c", code],
@@ -238,4 +239,6 @@ print(r.require_shipped("user_confs/audit/TEST06.config"))
     )
     assert run.returncode == 0, run.stderr[-3000:]
     lines = run.stdout.split()
-    assert len(lines) == 5 and all(line.startswith(str(site)) for line in lines), lines
+    assert len(lines) == 6 and all(line.startswith(str(site)) for line in lines), lines
+    # `--engine-line user_confs/engines/h200` from any folder: the installed folder of lines
+    assert (Path(lines[5]) / "llama3_1-8b.Server.toml").is_file(), lines[5]

@@ -1,20 +1,23 @@
-"""`--engine-line CONF` (run, calibrate): the engine flags a conf's ENGINE SETTINGS section holds
-for this benchmark and scenario, applied as if typed before the command's own flags.
+"""`--engine-line LINES` (run, calibrate): the measured engine flags for this benchmark and
+scenario, applied as if typed before the command's own flags.
 
-A conf such as `user_confs/examples/h200.conf` keeps one measured line per benchmark and
-scenario (user_confs/README.md):
+The project's measured lines are TOML files, one per benchmark and scenario
+(user_confs/engines/<gpu>/<benchmark>.<Scenario>.toml, user_confs/README.md): `benchmark` and
+`scenario` name the test, the `[run]` table is a partial RunSpec (field names, values checked as
+the run reads them), `[evidence]` the figure and the command that measured it. `--engine-line`
+takes such a file or a folder of them (the file of the pair is picked); a path spelled as in
+the README (`user_confs/engines/h200`) is found among the shipped files from any folder.
+
+A user's own conf may keep its lines as comments instead, one per benchmark and scenario:
 
     # engine llama3_1-8b.Server: --engine-arg max_num_seqs=512 --prefill-policy 0x4 | <figure> | <command>
 
 The flags are the text before the first ` | `, split like a shell line (`shlex`, never
-evaluated). The same line may be kept as TOML, one file per benchmark and scenario
-(user_confs/engines/<gpu>/<benchmark>.<Scenario>.toml): its `[run]` table is a partial RunSpec
-(field names, values checked as the run reads them), its evidence in `[evidence]`;
-`--engine-line` takes such a file or a folder of them. They go in right after the command word, so a flag the user types wins over the
+evaluated). Either form goes in right after the command word, so a flag the user types wins over the
 line's (argparse keeps the last value; vLLM's own parser does the same for repeated
 `--engine-arg` keys). A line may not name what the command line alone decides (benchmark,
-scenario, model, dataset, output, conf); a conf with no line, or two, for the pair is refused
-with the keys it does hold.
+scenario, model, dataset, output, conf); a folder or conf with no line, or a conf with two, for
+the pair is refused with the keys it does hold.
 """
 
 from __future__ import annotations
@@ -48,9 +51,9 @@ def engine_lines(path: Path) -> dict[tuple[str, str], list[str]]:
         text = path.read_text()
     except OSError as exc:
         raise UsageError(
-            f"{FLAG} {path}: cannot read it ({exc.strerror or exc}): pass a conf with "
-            "`# engine <benchmark>.<Scenario>: <flags> | ...` lines, e.g. "
-            "user_confs/examples/h200.conf"
+            f"{FLAG} {path}: cannot read it ({exc.strerror or exc}): pass a folder of engine "
+            "lines (e.g. user_confs/engines/h200), one line's .toml file, or a conf with "
+            "`# engine <benchmark>.<Scenario>: <flags> | ...` lines"
         ) from None
     found: dict[tuple[str, str], list[str]] = {}
     for raw in text.splitlines():
@@ -150,12 +153,14 @@ def toml_flags(path: Path, benchmark: str, scenario: str) -> list[str]:
 def expand(
     argv: list[str], command: str, benchmark: str, scenario: str, conf: str | None
 ) -> tuple[list[str], str]:
-    """argv with the conf's line's flags after the command word and `--engine-line CONF`
-    removed; and a note saying what was applied. argv unchanged without a conf (`conf`: the
-    parsed --engine-line)."""
+    """argv with the line's flags after the command word and `--engine-line LINES` removed; and
+    a note saying what was applied. argv unchanged without a line (`conf`: the parsed
+    --engine-line: a folder of TOML lines, one .toml file, or a conf with `# engine` lines)."""
     if conf is None or command not in COMMANDS:
         return argv, ""
-    flags = line_flags(Path(conf), benchmark, scenario)
+    from harness.resources import resolve_user_path
+
+    flags = line_flags(resolve_user_path(Path(conf)) or Path(conf), benchmark, scenario)
     rest: list[str] = []
     skip = False
     for arg in argv:
