@@ -55,8 +55,8 @@
 #                          accuracy, EOS, FP8, TEST06), e.g. `detach real-small serve Server 300`
 #   bench/gpu.sh dp-8b SCENARIO ROUTING TARGET [calibrate args]  (N GPUs, CUDA_VISIBLE_DEVICES)
 #                          Llama-3.1-8B on DP N engines behind one SUT, ROUTING ours|vllm
-#                          (--dp-routing): `calibrate` on h200.conf's line for SCENARIO ($LINES
-#                          another conf), engine stats on: the N-engine Offline bound (MEASURE,
+#                          (--dp-routing): `calibrate` on engines/h200/'s line for SCENARIO ($LINES
+#                          another folder of lines), engine stats on: the N-engine Offline bound (MEASURE,
 #                          default 1,000 x N samples), then one trial of TRIAL_S (default 600)
 #                          at TARGET QPS, on SAMPLES (default 2,000 x N) random prompts, 128 out
 #   bench/gpu.sh dp-8b-rounds SERVER_QPS INTERACTIVE_QPS  (4 GPUs) two rounds of dp-8b side by
@@ -593,7 +593,7 @@ PY
     shift; sc=${1:?scenario}; routing=${2:?routing: ours or vllm}; tq=${3:?target QPS}; shift 3
     gpus=${CUDA_VISIBLE_DEVICES:-0}; n=$(( $(printf '%s' "$gpus" | tr -cd , | wc -c) + 1 ))
     SAMPLES=${SAMPLES:-$((2000 * n))} MEASURE=${MEASURE:-$((1000 * n))} TRIAL_S=${TRIAL_S:-600} \
-      NO_CONFIRM=1 cli_calibrate "$sc" --engine-line "${LINES:-user_confs/examples/h200.conf}" \
+      NO_CONFIRM=1 cli_calibrate "$sc" --engine-line "${LINES:-user_confs/engines/h200}" \
       --data-parallel-size "$n" --dp-routing "$routing" --start-qps "$tq" --trials 1 \
       --engine-stats "$@" ;;
   offline-n)  # Llama-3.1-8B FP8 Offline through `mlperf-vllm run`, SAMPLES random
@@ -601,10 +601,10 @@ PY
     # files, run args follow
     shift; name=$1; shift; cli_offline "8b_fp8_$name" "$MODEL" "${MEAN:-870}" "$MAXTOK" "${FP8[@]}" "$@" ;;
   dp-8b-all)  # 4 GPUs: the same host's Offline first (DP 2 with our router on GPUs 0-1, one
-    # engine on each of GPUs 2 and 3, h200.conf's Offline line = the Server line's batch), then
+    # engine on each of GPUs 2 and 3, engines/h200/'s Offline line = the Server line's batch), then
     # dp-8b-rounds at SERVER_FRAC (default 0.96) and INTERACTIVE_FRAC (0.85) x 2 x the mean
     # one-engine samples/s, the same rate on both pairs
-    shift; base=$OUT; line=${LINES:-user_confs/examples/h200.conf}
+    shift; base=$OUT; line=${LINES:-user_confs/engines/h200}
     OUT=$base/Offline STAGGER_S=1 bash bench/gpu.sh parallel \
       "CUDA_VISIBLE_DEVICES=0,1 SAMPLES=4000 offline-n dp2 --engine-line $line --data-parallel-size 2" \
       "CUDA_VISIBLE_DEVICES=2 offline-n one --engine-line $line" \

@@ -24,8 +24,8 @@
 #                        default as in the other scripts (_common.sh): .venv/bin/mlperf-vllm,
 #                        else mlperf-vllm on the PATH, else python3 -m harness.cli
 #   RUN_ARGS             extra flags for every run (engine flags: --max-num-seqs 512 ...)
-#                        or --engine-line CONF: the conf's measured line for BENCHMARK.SCENARIO
-#                        (user_confs/examples/h200.conf), for calibrate and every run
+#                        or --engine-line LINES: the measured line for BENCHMARK.SCENARIO from a
+#                        folder of them (user_confs/engines/h200), for calibrate and every run
 #   CALIBRATE_ARGS       extra flags for calibrate (--min-duration-s 5 for a CPU demo)
 #   USER_CONF            skip calibration and use this conf
 #   SUBMISSION_FLAG      --submission (default) refuses non-compliant settings; set it empty

@@ -288,35 +288,54 @@ def test_certify_finds_the_cli_like_the_other_scripts(tmp_path):
         assert len(_certify_commands(proc.stdout, [str(venv_cli)])) == 8
 
 
-def test_example_confs_engine_lines_parse_and_stay_compliant():
-    """Every `# engine <benchmark>.<Scenario>: <flags> | <figure> | <command>` line of the GPU
-    example confs names a known benchmark and scenario, its flags parse with our CLI and with
-    vLLM's own parser, and none turns prefix caching on."""
-    import re
-
+def test_shipped_engine_lines_parse_and_stay_compliant():
+    """Every measured engine line the project ships (user_confs/engines/<gpu>/
+    <benchmark>.<Scenario>.toml) names a known benchmark and scenario, its flags parse with our
+    CLI and with vLLM's own parser, and none turns prefix caching on. The GPU example confs
+    point at them and hold no `# engine` line of their own: one copy of each line."""
     from harness.benchmarks import get_benchmark
+    from harness.cli.engine_line import line_flags
     from sut.engine import parse_engine_arg_pairs
 
-    line_re = re.compile(
-        r"^# engine ([\w.-]+)\.(Offline|Server|Interactive): (.+?) \| (.+?) \| (.+)$"
-    )
+    user_confs = SCRIPTS.parent / "user_confs"
     seen = 0
-    for conf in sorted((SCRIPTS.parent / "user_confs" / "examples").glob("*.conf")):
-        for line in conf.read_text().splitlines():
-            if not line.startswith("# engine ") or line.startswith("# engine <"):
-                continue
-            m = line_re.match(line)
-            assert m, f"{conf.name}: engine line not in the documented form: {line}"
-            bench, scenario, flags = m.group(1), m.group(2), m.group(3)
-            get_benchmark(bench)
-            argv = ["run", "--benchmark", bench, "--scenario", scenario, "--model", "m"]
-            argv += ["--dataset", "d", "--output", "o", *shlex.split(flags)]
-            args, extra = build_parser().parse_known_args(argv)
-            resolved = {**parse_engine_flags(extra), **parse_engine_arg_pairs(args.engine_args)}
-            assert resolved, line
-            assert resolved.get("enable_prefix_caching") is not True, line
-            seen += 1
-    assert seen >= 2
+    for path in sorted((user_confs / "engines").glob("*/*.toml")):
+        bench, scenario = path.stem.rsplit(".", 1)
+        assert scenario in ("Offline", "Server", "Interactive"), path
+        get_benchmark(bench)
+        argv = ["run", "--benchmark", bench, "--scenario", scenario, "--model", "m"]
+        argv += ["--dataset", "d", "--output", "o", *line_flags(path, bench, scenario)]
+        args, extra = build_parser().parse_known_args(argv)
+        resolved = {**parse_engine_flags(extra), **parse_engine_arg_pairs(args.engine_args)}
+        assert resolved, path
+        assert resolved.get("enable_prefix_caching") is not True, path
+        seen += 1
+    assert seen >= 5
+    for conf in sorted((user_confs / "examples").glob("*.conf")):
+        text = conf.read_text()
+        assert f"user_confs/engines/{conf.stem}/" in text, conf.name
+        assert not any(ln.startswith("# engine ") for ln in text.splitlines()), conf.name
+
+
+def test_certify_dry_run_takes_the_shipped_engine_lines(tmp_path):
+    """RUN_ARGS="--engine-line user_confs/engines/h200", as README and certify.sh document it:
+    calibrate and every run carry it, and each expands to the Offline line's flags."""
+    from harness.cli.engine_line import expand
+
+    line = "user_confs/engines/h200"
+    proc = _certify(tmp_path, "--dry-run", RUN_ARGS=f"--engine-line {line}")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    cmds = _certify_commands(proc.stdout, [sys.executable, "-m", "harness.cli"])
+    with_line = [c for c in cmds if c[0] in ("calibrate", "run")]
+    assert len(with_line) == 4
+    for cmd in with_line:
+        assert cmd[cmd.index("--engine-line") + 1] == line
+        expanded, note = expand(cmd, cmd[0], "llama3_1-8b", "Offline", line)
+        assert "--engine-line" not in expanded and "max_num_batched_tokens=65536" in note
+        args, extra = build_parser().parse_known_args(expanded)
+        if cmd[0] == "run":  # calibrate hands the run flags on to its runs unparsed
+            parse_engine_flags(extra)
+            assert "max_num_batched_tokens=65536" in args.engine_args
 
 
 @pytest.mark.parametrize("script", ["isolation_sweep.sh", "stacked_sweep.sh"])

@@ -70,10 +70,10 @@ def add_parser(sub) -> None:
     )
     cal.add_argument(
         "--engine-line",
-        metavar="CONF",
-        help="a conf with `# engine <benchmark>.<Scenario>: <flags> | ...` lines (e.g. "
-        "user_confs/examples/h200.conf): its line for this benchmark and scenario is applied "
-        "as if typed first (flags given here win)",
+        metavar="LINES",
+        help="the measured engine line for this benchmark and scenario, applied as if typed "
+        "first (flags given here win): a folder of <benchmark>.<Scenario>.toml lines (e.g. "
+        "user_confs/engines/h200), one such file, or a conf with `# engine` lines",
     )
     _add_search_flags(cal)
     _add_confirm_flags(cal)

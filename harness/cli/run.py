@@ -35,10 +35,10 @@ def _add_run_arguments(p: argparse.ArgumentParser) -> None:
     RunSpec.add_arguments(p, COMMON_FLAGS)
     p.add_argument(
         "--engine-line",
-        metavar="CONF",
-        help="a conf with `# engine <benchmark>.<Scenario>: <flags> | ...` lines (e.g. "
-        "user_confs/examples/h200.conf): its line for this benchmark and scenario is applied "
-        "as if typed first (flags given here win)",
+        metavar="LINES",
+        help="the measured engine line for this benchmark and scenario, applied as if typed "
+        "first (flags given here win): a folder of <benchmark>.<Scenario>.toml lines (e.g. "
+        "user_confs/engines/h200), one such file, or a conf with `# engine` lines",
     )
     p.add_argument("--strict", action="store_true", help="exit 3 when INVALID or accuracy FAIL")
     add_mlflow_arguments(p)
