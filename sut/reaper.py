@@ -40,7 +40,10 @@ def terminate_then_kill(
         _signal_group(group, signal.SIGTERM)
         for p in still:
             with contextlib.suppress(psutil.Error):
-                p.terminate()
+                # One SIGTERM each: a process the group's reached would take a second one as
+                # a second Ctrl-C, cutting short the clean-up the first one started.
+                if not _in_group(p, group):
+                    p.terminate()
                 if continue_stopped:
                     p.resume()
         _, still = psutil.wait_procs(still, timeout=grace_s)
@@ -50,6 +53,16 @@ def terminate_then_kill(
             p.kill()
     psutil.wait_procs(still, timeout=grace_s if kill_wait_s is None else kill_wait_s)
     return still
+
+
+def _in_group(proc: Any, group: int | None) -> bool:
+    """Whether `proc` is a member of process group `group`."""
+    if group is None:
+        return False
+    try:
+        return os.getpgid(proc.pid) == group
+    except OSError:
+        return False
 
 
 def _signal_group(group: int | None, signum: signal.Signals) -> None:
