@@ -12,10 +12,11 @@ the submission checker's accuracy tables (v6.0/v6.1).
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
+
+from harness.errors import did_you_mean
 
 SCENARIOS = ("Offline", "Server", "Interactive", "SingleStream")
 
@@ -377,8 +378,7 @@ def lookup_benchmark(name: str) -> tuple[str, str | None]:
             several = len(BENCHMARKS[preset].accuracy_levels) > 1
             return preset, level if several else None
     names = benchmark_names()
-    near = difflib.get_close_matches(key.lower(), names, n=1)
-    hint = f" (did you mean {near[0]}?)" if near else ""
+    hint = did_you_mean(key.lower(), names)
     submission = [n for n in SUBMISSION_NAMES if n not in BENCHMARKS]
     raise UnknownBenchmarkError(
         f"unknown benchmark {name!r}{hint}: choose a preset ({', '.join(BENCHMARKS)}) or a "

@@ -160,12 +160,17 @@ def check_free_space(path: Path, need: int, flag: str, what: str) -> None:
     """The file system that will hold `path` has at least `need` bytes free, else one error
     naming what needs them: a full disk found before the engine starts, not minutes into a run
     whose logs could not be written."""
-    free = shutil.disk_usage(_nearest_existing(Path(path))).free
+    free = free_bytes(path)
     if free < need:
         raise UsageError(
             f"{flag} {path}: its file system has {free / 1e6:.1f} MB free, and {what} needs "
             f"about {need / 1e6:.1f} MB: free some space there or pass another {flag}"
         )
+
+
+def free_bytes(path: Path) -> int:
+    """Bytes free on the file system that holds (or will hold) `path`."""
+    return shutil.disk_usage(_nearest_existing(Path(path))).free
 
 
 def check_output_file(path: Path, flag: str) -> None:

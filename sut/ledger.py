@@ -61,10 +61,6 @@ class Ledger:
     def is_open(self, rid: int) -> bool:
         return rid in self._open
 
-    def outstanding(self) -> list[int]:
-        with self._lock:
-            return list(self._open)
-
     def oldest_s(self) -> float:
         """Age of the oldest sample still in flight."""
         with self._lock:

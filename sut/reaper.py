@@ -140,15 +140,8 @@ def reap(
     worker), so stopping it is logged quietly instead of as a warning, which read like a
     fault. The engine's shared-memory segments they map are unlinked once they are gone.
     Returns the pids that had to be stopped."""
-    import psutil
-
-    alive = []
-    for p in procs:
-        try:
-            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
-                alive.append(p)
-        except psutil.Error:
-            pass
+    gone = exited(procs)
+    alive = [p for p in procs if p not in gone]
     if not alive:
         return []
     log.log(

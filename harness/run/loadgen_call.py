@@ -3,13 +3,13 @@ run, a calibration or a bench goes through (harness.run.runner, harness.calibrat
 
 from __future__ import annotations
 
-import shutil
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from harness import files
 from sut.engine import describe_error
 
 LOADGEN_THREAD = "loadgen-test"
@@ -42,9 +42,9 @@ def output_full(folder: Path | None) -> str | None:
     if folder is None:
         return None
     try:
-        free = shutil.disk_usage(folder).free
+        free = files.free_bytes(folder)
     except OSError:
-        return None  # not there yet (LoadGen makes it): nothing written there to lose
+        return None  # gone (a folder removed under the run): the writes will say so
     if free >= SPACE_FLOOR_BYTES:
         return None
     return (

@@ -78,35 +78,29 @@ def build_sut(prep: Any) -> Any:
     scenario = req.scenario
     if prep.cluster is not None:
         mark_ray_workers()  # the workers Ray starts for this run carry its owner token
+    # what both SUTs take: the engine, the prompts, sampling and the run's own options
+    common = {
+        "progress": req.progress,
+        "name": scenario,
+        "start_timeout_s": req.engine_start_timeout_s,
+        "output_lengths": prep.output_lengths,
+    }
+    args = (prep.engine_config, prep.dataset.prompts, prep.sampling)
     if uses_offline_sut(scenario, prep.engine_config.kwargs):
         from sut.offline import OfflineSUT
 
-        return OfflineSUT.create(
-            prep.engine_config,
-            prep.dataset.prompts,
-            prep.sampling,
-            progress=req.progress,
-            name=scenario,
-            start_timeout_s=req.engine_start_timeout_s,
-            order=req.offline_order,
-            output_lengths=prep.output_lengths,
-        )
+        return OfflineSUT.create(*args, order=req.offline_order, **common)
     # Server-like scenarios, and Offline with data parallelism: `vllm.LLM` refuses
     # data_parallel_size > 1 in one process, while AsyncLLM runs one engine core per replica
     # behind one front end and balances requests across them (one LoadGen SUT, no router).
     from sut.server import ServerSUT
 
     return ServerSUT.create(
-        prep.engine_config,
-        prep.dataset.prompts,
-        prep.sampling,
-        progress=req.progress,
-        name=scenario,
+        *args,
         final_only=scenario == "Offline",  # no per-token outputs, no first-token reports
-        start_timeout_s=req.engine_start_timeout_s,
         engine_stats=req.engine_stats,
-        output_lengths=prep.output_lengths,
         dp_routing=req.dp_routing,
+        **common,
     )
 
 
@@ -208,22 +202,26 @@ class EngineSession:
         sut.reset_stats()
         if progress is not None:
             sut.begin_progress(progress, planned)
-        run_loadgen_test(
-            self.lg,
-            sut,
-            self.qsl,
-            settings,
-            log_settings,
-            audit,
-            label,
-            self.prep.request.stall_timeout_s,
-            fatal=self.fatal,
-            space=self.folder,
-        )
-        if progress is not None:
-            sut.end_progress()
-        if sut.error is not None:
-            raise failure_of(label, sut.error)
+        try:
+            run_loadgen_test(
+                self.lg,
+                sut,
+                self.qsl,
+                settings,
+                log_settings,
+                audit,
+                label,
+                self.prep.request.stall_timeout_s,
+                fatal=self.fatal,
+                space=self.folder,
+            )
+            if progress is not None:
+                sut.end_progress()
+            if sut.error is not None:
+                raise failure_of(label, sut.error)
+        except (KeyboardInterrupt, EngineFailure):
+            self.stop_quickly()  # interrupted, or the engine failed: nothing to drain
+            raise
 
     def fatal(self) -> str | None:
         """vLLM's line for a lost worker or peer, once its processes printed one."""

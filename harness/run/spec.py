@@ -13,7 +13,6 @@ the submission round (the run layer does not know rounds).
 
 from __future__ import annotations
 
-import difflib
 import functools
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import MISSING, dataclass, field, fields
@@ -21,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.benchmarks import SCENARIOS, scenario_name
-from harness.errors import UsageError
+from harness.errors import UsageError, did_you_mean
 from sut.lifecycle import DEFAULT_ENGINE_START_TIMEOUT_S, DEFAULT_STALL_TIMEOUT_S
 from sut.routing import DEFAULT_ROUTING, ROUTINGS
 
@@ -65,6 +64,18 @@ class Opt:
 def opt(default: Any = MISSING, **how: Any) -> Any:
     """A RunSpec field and its flag (Opt's arguments); without a default it is required."""
     return field(default=default, metadata={_OPT: Opt(required=default is MISSING, **how)})
+
+
+def timeout_opt(default: float, flag: str, what: str) -> Any:
+    """A timeout's field: seconds, `0` on the command line for never (None)."""
+    return opt(
+        default,
+        parse=float,
+        metavar="S",
+        zero_is_none=True,
+        flag_name=flag,
+        help=f"{what} (default {default:g}; 0: never)",
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -208,23 +219,15 @@ class RunSpec:
     evaluate: bool = opt(True, kind="negated", help="keep the accuracy log unscored")
     progress: bool = opt(True, kind="negated")
     # No token for this long while samples are in flight fails the run (None: never).
-    stall_timeout_s: float | None = opt(
+    stall_timeout_s: float | None = timeout_opt(
         DEFAULT_STALL_TIMEOUT_S,
-        parse=float,
-        metavar="S",
-        zero_is_none=True,
-        flag_name="--stall-timeout",
-        help="fail the run when samples are in flight and the engine produced nothing for S "
-        f"seconds (default {DEFAULT_STALL_TIMEOUT_S:g}; 0: never)",
+        "--stall-timeout",
+        "fail the run when samples are in flight and the engine produced nothing for S seconds",
     )
-    engine_start_timeout_s: float | None = opt(
+    engine_start_timeout_s: float | None = timeout_opt(
         DEFAULT_ENGINE_START_TIMEOUT_S,
-        parse=float,
-        metavar="S",
-        zero_is_none=True,
-        flag_name="--engine-start-timeout",
-        help="fail the run when the engine has not started after S seconds "
-        f"(default {DEFAULT_ENGINE_START_TIMEOUT_S:g}; 0: never)",
+        "--engine-start-timeout",
+        "fail the run when the engine has not started after S seconds",
     )
     submission: bool = opt(
         False,
@@ -336,7 +339,7 @@ class RunSpec:
             value = getattr(self, f.name)
             if how.kind == "rest":
                 continue
-            if not how.required and value == f.default:
+            if value == f.default:  # a required field has no default to equal
                 continue
             argv += _flag_args(f.name, how, value)
         return [*argv, *self.engine_flags]
@@ -352,8 +355,7 @@ class RunSpec:
         for name, value in values.items():
             how = settable.get(name)
             if how is None:
-                near = difflib.get_close_matches(name, list(settable), n=1)
-                hint = f" (did you mean {near[0]}?)" if near else ""
+                hint = did_you_mean(name, settable)
                 raise UsageError(f"{name!r} is not a run option a line may set{hint}")
             if how.kind in ("append", "rest"):
                 if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
@@ -387,8 +389,7 @@ class RunSpec:
         KEY=VALUE`); an unknown field or a bad value is one UsageError line."""
         known = {n: how for n, how in cls.options() if how.kind in ("value", "switch")}
         if name not in known:
-            near = difflib.get_close_matches(name, list(known), n=1)
-            hint = f" (did you mean {near[0]}?)" if near else ""
+            hint = did_you_mean(name, known)
             raise UsageError(f"{name!r} is not a run option{hint}")
         how = known[name]
         if how.kind == "switch":

@@ -3,7 +3,6 @@ config each line becomes."""
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import json
 import os
@@ -13,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.errors import UsageError
+from harness.errors import UsageError, did_you_mean
 
 KINDS = ("isolation", "stacked")
 NOISE_FLOOR = 0.02
@@ -114,8 +113,7 @@ def _parse_change(tokens: list[str], where: str) -> Change:
             engine.append(value)
         elif opt == "--sut":
             if key not in SUT_KNOBS:
-                near = difflib.get_close_matches(key, SUT_KNOBS, n=1)
-                hint = f" (did you mean {near[0]}?)" if near else ""
+                hint = did_you_mean(key, SUT_KNOBS)
                 raise PlanError(
                     f"{where}: --sut {value!r}: {key!r} is not a SUT option{hint}; use one of "
                     f"{', '.join(SUT_KNOBS)}"

@@ -109,9 +109,10 @@ def child_run(
         price_per_hour=price_per_hour,
         engine_args=spec.engine_args,
         allow_pickle=allow_pickle,
+        **given,
     )
     return ChildRun(
-        dataclasses.replace(run, **given),
+        run,
         env=spec.env,
         timeout_s=timeout_s,
         timeout_flag="--config-timeout",
@@ -148,14 +149,12 @@ def capacity_outcome(ran: ChildOutcome) -> RepeatOutcome:
     """A capacity repeat's outcome from its `calibrate` child: calibration.json's highest
     passing target, and the engine it ran as the calibration recorded it."""
     path = ran.child.output / CALIBRATION_FILE
-    record: CalibrationRecord | None = None
     try:
         record = CalibrationRecord.read(path) if path.is_file() else None
     except ValueError:
         record = None
-    run = (record.run if record else None) or {}
+    run, best = (record.run or {}, record.highest_passing_qps) if record else ({}, None)
     result = RunResult.from_dict(run) if run else RunResult(loaded_keys=frozenset())
-    best = record.highest_passing_qps if record else None
     outcome = RepeatOutcome(
         status="ok",
         capacity_qps=None if best is None else float(best),
