@@ -25,6 +25,7 @@ class EngineView:
         self.steps = 0
         # per engine index: [requests finished, their prompt tokens] since mark()
         self._served: dict[int, list[int]] = {}
+        self._preempted: dict[int, int] = {}  # merged views: preemptions so far per engine
 
     def record(self, engine_idx: int, scheduler_stats: Any, iteration_stats: Any) -> None:
         if scheduler_stats is not None:
@@ -71,6 +72,29 @@ class EngineView:
         """(running, waiting) of each data-parallel engine, by engine index."""
         n = max(self._latest, default=-1) + 1
         return tuple(self._latest[i][:2] if i in self._latest else (0, 0) for i in range(n))
+
+    # A view in a front-end worker process (sut.engine_worker) hands its engine's latest
+    # counts to the SUT's process, which merges them by engine index (sut.engine_pool).
+    def take(self) -> tuple[int, int, float, int, int, int]:
+        """(running, waiting, KV use, preemptions so far, requests finished and their prompt
+        tokens since the last take) of this view's engine (the sum, if it has several)."""
+        running, waiting, kv, preemptions = self.snapshot()
+        finished = sum(v[0] for v in self._served.values())
+        prompt_tokens = sum(v[1] for v in self._served.values())
+        self._served = {}
+        return running, waiting, kv, preemptions, finished, prompt_tokens
+
+    def merge(self, engine_idx: int, taken: tuple[int, int, float, int, int, int]) -> None:
+        """Fold in what a worker's view `take()`-d for the engine it runs as `engine_idx`."""
+        running, waiting, kv, preemptions, finished, prompt_tokens = taken
+        self._latest[engine_idx] = (running, waiting, kv)
+        self._preempted[engine_idx] = preemptions
+        self.preemptions = sum(self._preempted.values())
+        self.steps += 1
+        if finished:
+            served = self._served.setdefault(engine_idx, [0, 0])
+            served[0] += finished
+            served[1] += prompt_tokens
 
     def logger_factory(self) -> Any:
         """A vLLM stat-logger factory (`AsyncLLM(stat_loggers=[...])`) feeding this view."""

@@ -70,6 +70,7 @@ from typing import Any
 import mlperf_loadgen as lg
 
 from sut.engine import SampleParams, describe_error, shutdown_engine, tokens_prompt
+from sut.engine_pool import DEFAULT_FRONTEND, EnginePool, FrontendError, check_frontend
 from sut.engine_stats import WARMUP_PREFIX
 from sut.ledger import Ledger
 from sut.lifecycle import DEFAULT_STOP_TIMEOUT_S, EngineStartTimeout, EngineSUT
@@ -133,6 +134,7 @@ class ServerSUT(EngineSUT):
         self.stats = ServerStats()
         self._engine: Any = None
         self._engine_procs: list[Any] = []
+        self._pool_size = 0  # engines behind a sut.engine_pool front end (0: an AsyncLLM)
         self._closed = False
         self._tasks: set[asyncio.Task] = set()
         self._first: list[tuple[int, Sequence[int]]] = []
@@ -189,12 +191,16 @@ class ServerSUT(EngineSUT):
         engine_stats: bool = False,
         output_lengths: Sequence[int] | None = None,
         dp_routing: str = DEFAULT_ROUTING,
+        frontend: str = DEFAULT_FRONTEND,
     ) -> ServerSUT:
         """The runner's entry: an `EngineConfig` and `make_sampling_params` keyword arguments.
         `final_only`: Offline (data parallel): final outputs only, no first-token reports.
         `engine_stats`: sample vLLM's scheduler stats into the timeline (turns its stats on).
         `output_lengths[i]`: sample index i's `max_tokens` (sut.engine.SampleParams).
-        `dp_routing`: with data_parallel_size > 1, "ours" (sut.routing) or "vllm"."""
+        `dp_routing`: with data_parallel_size > 1, "ours" (sut.routing) or "vllm".
+        `frontend`: "shared" (one AsyncLLM in this process over every engine, vLLM's own
+        data-parallel layout) or "per-engine" (one front-end process per engine,
+        sut.engine_pool; our router picks the engine)."""
         from sut.engine import EngineConfig, create_async_engine, make_sampling_params
 
         defaults = dict(SERVER_ENGINE_DEFAULTS)
@@ -208,8 +214,31 @@ class ServerSUT(EngineSUT):
             loggers = [view.logger_factory()]
         config = EngineConfig(engine_config.model, {**defaults, **dict(engine_config.kwargs)})
         params = make_sampling_params(**dict(sampling), stream=not final_only)
+        factory: Callable[[], Any]
+        if check_frontend(frontend) == "per-engine":
+            if dp_routing != "ours":
+                raise FrontendError(
+                    "--frontend per-engine routes with our router: --dp-routing vllm needs "
+                    "--frontend shared (vLLM's balancer lives in the one shared front end)"
+                )
+            engines = int(config.kwargs.get("data_parallel_size") or 1)
+
+            def factory() -> Any:
+                return EnginePool.start(
+                    config.model,
+                    config.kwargs,
+                    engines,
+                    params,
+                    report_first=not final_only,
+                    view=view,
+                )
+        else:
+
+            def factory() -> Any:
+                return create_async_engine(config, stat_loggers=loggers)
+
         return cls(
-            lambda: create_async_engine(config, stat_loggers=loggers),
+            factory,
             prompts,
             params,
             progress=progress,
@@ -249,9 +278,12 @@ class ServerSUT(EngineSUT):
         try:
             self._engine = engine_factory()
             self.vllm_config = getattr(self._engine, "vllm_config", None)
+            self._pool_size = int(getattr(self._engine, "engines", 0) or 0)
+            if self._pool_size:  # sut.engine_pool: its stall watch hears from its workers
+                self._engine.on_progress = self.ledger.progress
             self.stats.dp_routing = self._routing_name()
             if self._dp_routing == "ours":
-                n = engines_to_route(self.vllm_config)
+                n = self._pool_size or engines_to_route(self.vllm_config)
                 if n > 1:
                     self._router = LeastWorkRouter(n, mean_length(self._prompts))
         finally:
@@ -262,7 +294,7 @@ class ServerSUT(EngineSUT):
 
     def _routing_name(self) -> str | None:
         parallel = getattr(self.vllm_config, "parallel_config", None)
-        dp = int(getattr(parallel, "data_parallel_size", 1) or 1)
+        dp = self._pool_size or int(getattr(parallel, "data_parallel_size", 1) or 1)
         return self._dp_routing if dp > 1 else None
 
     def _start_watchdog(self) -> None:

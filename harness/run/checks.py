@@ -65,7 +65,14 @@ def check_sut_options(req: Any) -> None:
             f"--dp-routing ours needs one front end over every data-parallel engine, and "
             f"{per_node_lb[0]} balances per node: add --dp-routing vllm"
         )
-    if req.offline_order != "arrival" and (req.scenario != "Offline" or dp > 1):
+    if req.frontend == "per-engine" and req.dp_routing != "ours":
+        raise UsageError(
+            "--frontend per-engine sends each request to an engine with our router: drop "
+            "--dp-routing vllm, or use --frontend shared to compare with vLLM's balancer"
+        )
+    if req.offline_order != "arrival" and (
+        req.scenario != "Offline" or dp > 1 or req.frontend != "shared"
+    ):
         raise UsageError(
             "--offline-order applies to Offline on one engine (data_parallel_size 1): drop it "
             f"for {req.scenario}" + (f" with data_parallel_size {dp}" if dp > 1 else "")

@@ -66,9 +66,16 @@ def still_going(
         done.set()
 
 
-def uses_offline_sut(scenario: str, engine_kwargs: Mapping[str, Any]) -> bool:
-    """Offline on one engine runs `vllm.LLM`; everything else `AsyncLLM` (see build_sut)."""
-    return scenario == "Offline" and int(engine_kwargs.get("data_parallel_size") or 1) == 1
+def uses_offline_sut(
+    scenario: str, engine_kwargs: Mapping[str, Any], frontend: str = "shared"
+) -> bool:
+    """Offline on one engine runs `vllm.LLM`; everything else `AsyncLLM`, in this process or
+    in one front-end process per engine (see build_sut)."""
+    return (
+        scenario == "Offline"
+        and int(engine_kwargs.get("data_parallel_size") or 1) == 1
+        and frontend == "shared"
+    )
 
 
 def build_sut(prep: Any) -> Any:
@@ -86,7 +93,7 @@ def build_sut(prep: Any) -> Any:
         "output_lengths": prep.output_lengths,
     }
     args = (prep.engine_config, prep.dataset.prompts, prep.sampling)
-    if uses_offline_sut(scenario, prep.engine_config.kwargs):
+    if uses_offline_sut(scenario, prep.engine_config.kwargs, req.frontend):
         from sut.offline import OfflineSUT
 
         return OfflineSUT.create(*args, order=req.offline_order, **common)
@@ -100,6 +107,7 @@ def build_sut(prep: Any) -> Any:
         final_only=scenario == "Offline",  # no per-token outputs, no first-token reports
         engine_stats=req.engine_stats,
         dp_routing=req.dp_routing,
+        frontend=req.frontend,
         **common,
     )
 

@@ -21,6 +21,7 @@ from typing import Any
 
 from harness.benchmarks import SCENARIOS, scenario_name
 from harness.errors import UsageError, did_you_mean
+from sut.engine_pool import DEFAULT_FRONTEND, FRONTENDS
 from sut.lifecycle import DEFAULT_ENGINE_START_TIMEOUT_S, DEFAULT_STALL_TIMEOUT_S
 from sut.routing import DEFAULT_ROUTING, ROUTINGS
 
@@ -156,6 +157,15 @@ class RunSpec:
         help="with --data-parallel-size N > 1: who picks each request's engine: ours (the SUT "
         "sends it to the engine with the least outstanding work, prompts awaiting their prefill "
         "weighed above decodes; sut/routing.py) or vllm (vLLM's own balancer)",
+    )
+    frontend: str = opt(
+        DEFAULT_FRONTEND,
+        choices=FRONTENDS,
+        help="Server/Interactive, and Offline through the streaming SUT: where vLLM's front end "
+        "runs: shared (one AsyncLLM in the SUT's process over every data-parallel engine, "
+        "vLLM's own layout) or per-engine (one front-end process per engine, our router and "
+        "LoadGen's ledger in the SUT's process; sut/engine_pool.py): every streamed token is "
+        "then processed beside its engine, not in the process LoadGen calls",
     )
     engine_stats: bool = opt(
         False,

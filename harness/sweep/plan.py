@@ -36,7 +36,7 @@ _SETTINGS = (
 # Options of our SUT a knob may set (`--sut KEY=VALUE`): fields of harness.run.spec.RunSpec,
 # applied over the plan's run with dataclasses.replace; each run records them in result.json
 # `sut_options`.
-SUT_KNOBS = ("offline_order", "warmup_samples", "dp_routing")
+SUT_KNOBS = ("offline_order", "warmup_samples", "dp_routing", "frontend")
 
 
 class PlanError(UsageError):
