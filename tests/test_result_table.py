@@ -142,3 +142,55 @@ def test_no_terminal_keeps_the_full_width():
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=REPO, check=True
     )
     assert int(proc.stdout) == MAX_WIDTH
+
+
+def _in_transit(mean: float, in_flight: float, waiting: float = 0.0) -> dict:
+    """result.json's `performance.in_transit` of a run with engine stats (host_path)."""
+    return {
+        "window_start_s": 20.0,
+        "window_end_s": 580.0,
+        "gauges": 1120,
+        "mean_in_transit": mean,
+        "max_in_transit": 1401,
+        "mean_in_flight": in_flight,
+        "share_of_in_flight": mean / in_flight,
+        "mean_waiting": waiting,
+        "behind": True,
+        "per_engine_mean": [84.0] * 4,
+        "per_engine_max": [400] * 4,
+    }
+
+
+def _with_in_transit(summary: dict | None) -> RunResult:
+    result = _server("VALID", 40, 50)
+    assert result.performance is not None
+    if summary is not None:
+        result.performance["in_transit"] = summary
+    return result
+
+
+def test_a_host_path_that_fell_behind_is_named_in_one_line():
+    rows = result_rows(_with_in_transit(_in_transit(336.0, 1200.0, waiting=2.0)))
+    keys = [k for k, _ in rows]
+    assert keys.count("warning") == 1 and keys.index("warning") > keys.index("engine kept up")
+    assert dict(rows)["warning"] == (
+        "the SUT's host path fell behind: 336 requests (28.0% of those in flight) were between "
+        "LoadGen and the engines on average (max 1,401); the engines' schedulers had room"
+    )
+    text = render_result(_with_in_transit(_in_transit(336.0, 1200.0)), width=110)
+    assert "the SUT's host path fell behind" in text and "warnings (" not in text
+
+
+@pytest.mark.parametrize(
+    "summary",
+    [
+        None,  # no engine stats: nothing measured, nothing said
+        _in_transit(20.0, 1200.0),  # 1.7%: within the goal
+        _in_transit(55.0, 1200.0),  # 4.6%: above the goal, within the warning's margin
+        _in_transit(6.0, 30.0),  # 20% of a small run, under the floor of 8 requests
+    ],
+)
+def test_no_host_path_warning_while_in_transit_stays_small(summary):
+    rows = result_rows(_with_in_transit(summary))
+    assert "warning" not in dict(rows)
+    assert "host path" not in render_result(_with_in_transit(summary), width=110)

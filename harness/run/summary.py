@@ -6,6 +6,7 @@ import shutil
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from harness.run.host_path import host_path_warning
 from harness.run.result import RunResult
 
 # The table fits the terminal it is printed on, between these widths: at most 110 columns (the
@@ -90,6 +91,10 @@ def result_rows(run: RunResult | Mapping[str, Any]) -> list[tuple[str, str]]:
             rows.append(("engine kept up", _sustained_text(sustained)))
             if perf["validity"] == "VALID" and sustained.get("kept_up") is False:
                 rows.append(("  meaning", _valid_but_behind(sustained)))
+        # run --engine-stats only: requests handed to vLLM that its schedulers do not hold yet
+        host_path = host_path_warning(perf.get("in_transit"))
+        if host_path:
+            rows.append(("warning", host_path))
         stats = result.sut_stats or {}
         if perf["scenario"] != "Offline" and "peak_engine_in_flight" in stats:
             rows.append(

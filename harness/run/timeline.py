@@ -21,7 +21,10 @@ cannot tell a queue that grows from one that fills: the verdict is then "not jud
 calibration trial so judged does not pass (make it longer).
 
 The SUT records the raw events (sut.stats.Timeline); this module turns them into the verdict,
-a compact per-second series (timeline.json) and a chart (timeline.png) beside result.json.
+a compact per-second series (timeline.json) and a chart (timeline.png) beside result.json. With
+vLLM's scheduler stats (`run --engine-stats`) both also show the requests in transit, handed to
+vLLM and in none of its schedulers' lists, and their summary over the same steady part
+(harness.run.host_path).
 """
 
 from __future__ import annotations
@@ -34,6 +37,14 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from harness.run.host_path import (
+    HostPathSummary,
+    host_path_warning,
+    in_transit,
+    in_transit_per_engine,
+    summarize_host_path,
+)
 
 log = logging.getLogger(__name__)
 
@@ -229,7 +240,9 @@ def series(
     stats, sampled with the gauges) also running, waiting, kv_cache_pct and preemptions (since
     the test started) at the step's end. With data-parallel engines, `engines` (vLLM's running
     and waiting per engine) and `routed` (our router's in flight and awaiting a first token per
-    engine) at the step's end, as lists of pairs."""
+    engine) at the step's end, as lists of pairs. With `engine`, `in_transit` (requests handed
+    to vLLM in neither scheduler list, harness.run.host_path) at the step's end, and with both
+    per-engine records `in_transit_per_engine` (a list, one value per engine)."""
     if not samples:
         return []
     issues = sorted(s[0] for s in samples)
@@ -247,11 +260,15 @@ def series(
     gauge_times = [g[0] for g in gauges]
     engine_times = [e[0] for e in engine]
     preempted_before = engine[0][4] if engine else 0
-    per_engine = [
-        (key, per, [p[0] for p in per])
-        for key, per in (("engines", engines), ("routed", routed))
-        if per
+    # series read at each step's end: (key, [(time, value)])
+    at_end: list[tuple[str, Sequence[tuple[float, Any]]]] = [
+        (key, per) for key, per in (("engines", engines), ("routed", routed)) if per
     ]
+    if engine:
+        at_end.append(("in_transit", in_transit(gauges, engine)))
+    if engines and routed:
+        at_end.append(("in_transit_per_engine", in_transit_per_engine(engines, routed)))
+    indexed = [(key, per, [p[0] for p in per]) for key, per in at_end if per]
     rows: list[dict[str, Any]] = []
     for i in range(n):
         t = t0 + (i + 1) * step_s
@@ -267,9 +284,8 @@ def series(
                 "tpot_p99_ms": _round(_p99(tpot[i])),
             }
         )
-        for key, per, times in per_engine:
-            k = max(0, bisect.bisect_right(times, t) - 1)
-            rows[-1][key] = [list(pair) for pair in per[k][1]]
+        for key, per, times in indexed:
+            rows[-1][key] = _listed(per[max(0, bisect.bisect_right(times, t) - 1)][1])
         if engine:
             e = engine[max(0, bisect.bisect_right(engine_times, t) - 1)]
             rows[-1].update(
@@ -279,6 +295,11 @@ def series(
                 preemptions=e[4] - preempted_before,
             )
     return rows
+
+
+def _listed(v: Any) -> Any:
+    """Tuples (of tuples) as JSON's lists."""
+    return [_listed(x) for x in v] if isinstance(v, tuple) else v
 
 
 def _round(v: float | None) -> float | None:
@@ -302,17 +323,39 @@ def write_timeline(
     not raised (the measurement is on disk already)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = series(samples, gauges, engine=engine, engines=engines, routed=routed)
-    doc = {"verdict": verdict.to_dict(), "limits_ms": list(limits_ms), "series": rows}
+    doc: dict[str, Any] = {"verdict": verdict.to_dict(), "limits_ms": list(limits_ms)}
+    host = host_path(samples, gauges, verdict, engine, engines, routed)
+    if host is not None:
+        doc["in_transit"] = host.to_dict()
+    doc["series"] = rows
     path = out_dir / TIMELINE_JSON
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(doc, separators=(",", ":")))
     tmp.replace(path)
     written = {"json": str(path)}
     try:
-        written["png"] = str(plot_timeline(out_dir / TIMELINE_PNG, rows, verdict, title, limits_ms))
+        png = plot_timeline(out_dir / TIMELINE_PNG, rows, verdict, title, limits_ms, host)
+        written["png"] = str(png)
     except Exception as exc:  # the chart is a convenience; the data is written
         written["png_error"] = f"{type(exc).__name__}: {exc}"
     return written
+
+
+def host_path(
+    samples: Sequence[Sample],
+    gauges: Sequence[Gauge],
+    verdict: SustainedVerdict,
+    engine: Sequence[EngineGauge] = (),
+    engines: Sequence[PerEngineGauge] = (),
+    routed: Sequence[PerEngineGauge] = (),
+) -> HostPathSummary | None:
+    """Requests in transit over the verdict's steady part (harness.run.host_path); None for a
+    test without vLLM's scheduler stats (`run --engine-stats`)."""
+    if not engine or not samples:
+        return None
+    t0 = min(s[0] for s in samples)
+    window = (verdict.window_start_s, verdict.window_end_s)
+    return summarize_host_path(gauges, engine, t0, window, engines, routed)
 
 
 def record_timeline(
@@ -328,6 +371,7 @@ def record_timeline(
         tl = timeline()
         target = float(getattr(settings, "server_target_qps", 0) or 0) or None
         verdict = judge_sustained(tl.samples, tl.gauges, target)
+        engine_side = {k: getattr(tl, k, ()) for k in ("engine", "engines", "routed")}
         written = write_timeline(
             out_dir,
             tl.samples,
@@ -335,12 +379,17 @@ def record_timeline(
             verdict,
             title=f"{title} at {target or 0:g} QPS",
             limits_ms=(limits.ttft_ms, limits.tpot_ms) if limits else (None, None),
-            engine=getattr(tl, "engine", ()),
-            engines=getattr(tl, "engines", ()),
-            routed=getattr(tl, "routed", ()),
+            **engine_side,
         )
         print(verdict.line(), flush=True)
-        return {"sustained": verdict.to_dict(), "timeline": written}
+        record = {"sustained": verdict.to_dict(), "timeline": written}
+        host = host_path(tl.samples, tl.gauges, verdict, **engine_side)
+        if host is not None:  # with engine stats only: result.json `performance.in_transit`
+            record["in_transit"] = host.to_dict()
+            warning = host_path_warning(record["in_transit"])
+            if warning:
+                print(f"warning: {warning}", flush=True)
+        return record
     except Exception as exc:  # pragma: no cover - a bug here must not cost the measurement
         log.exception("timeline not recorded")
         return {"timeline": {"error": f"{type(exc).__name__}: {exc}"}}
@@ -352,7 +401,11 @@ def plot_timeline(
     verdict: SustainedVerdict,
     title: str,
     limits_ms: tuple[float | None, float | None],
+    host: HostPathSummary | None = None,
 ) -> Path:
+    """Backlog and in-engine counts (with engine stats: vLLM's running, waiting and KV use, and
+    requests in transit), per-step p99s, and with data-parallel engines a panel per-engine (and
+    one of in transit per engine where both per-engine records exist)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -360,16 +413,27 @@ def plot_timeline(
 
     t = [r["t"] for r in rows]
     per_engine = bool(rows) and ("engines" in rows[-1] or "routed" in rows[-1])
+    transit_per_engine = bool(rows) and "in_transit_per_engine" in rows[-1]
+    n_axes = 2 + per_engine + transit_per_engine
+    fig, axes = plt.subplots(n_axes, 1, figsize=(8, 2.75 * n_axes), sharex=True)
+    ax1, ax2 = axes[0], axes[1]
     if per_engine:
-        fig, (ax1, ax2, ax3) = plt.subplots(3, 1, figsize=(8, 8), sharex=True)
-        _plot_per_engine(ax3, t, rows)
-    else:
-        fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(8, 5.5), sharex=True)
+        _plot_per_engine(axes[2], t, rows)
+    if transit_per_engine:
+        _plot_in_transit_per_engine(axes[-1], t, rows)
     ax1.plot(t, [r["backlog"] for r in rows], label="backlog (issued - completed)")
     ax1.plot(t, [r["in_engine"] for r in rows], label="in the engine", alpha=0.7)
     if rows and "running" in rows[0]:  # vLLM's own view (run --engine-stats)
         ax1.plot(t, [r["running"] for r in rows], ":", label="running (vLLM)")
         ax1.plot(t, [r["waiting"] for r in rows], ":", label="waiting (vLLM)")
+        if "in_transit" in rows[0]:  # handed to vLLM, in neither list: the host path's queue
+            ax1.plot(
+                t,
+                [r["in_transit"] for r in rows],
+                color="k",
+                lw=1.2,
+                label="in transit (in no vLLM list)",
+            )
         kv = ax1.twinx()
         kv.plot(t, [r["kv_cache_pct"] for r in rows], color="0.5", lw=0.8, label="KV cache %")
         kv.set_ylim(0, 100)
@@ -380,7 +444,13 @@ def plot_timeline(
     ax1.axvspan(verdict.window_start_s, verdict.window_end_s, color="0.9", label="steady part")
     ax1.set_ylabel("samples")
     ax1.legend(loc="upper left", fontsize=8)
-    ax1.set_title(f"{title}\n{verdict.line()}", fontsize=9)
+    lines = [title, verdict.line()]
+    if host is not None:
+        lines.append(
+            f"in transit over the steady part: mean {host.mean_in_transit:,.1f} "
+            f"({host.share_of_in_flight:.1%} of in flight), max {host.max_in_transit:,}"
+        )
+    ax1.set_title("\n".join(lines), fontsize=9)
     for key, label, limit, style in (
         ("ttft_p99_ms", "TTFT p99 (per step)", limits_ms[0], "-"),
         ("tpot_p99_ms", "TPOT p99 (per step)", limits_ms[1], "-"),
@@ -392,7 +462,7 @@ def plot_timeline(
                 ax2.axhline(limit, color=line.get_color(), ls="--", lw=0.8)
     ax2.set_yscale("log")
     ax2.set_ylabel("ms (dashed: limits)")
-    (ax3 if per_engine else ax2).set_xlabel("seconds since the first issue")
+    axes[-1].set_xlabel("seconds since the first issue")
     ax2.legend(loc="upper left", fontsize=8)
     fig.tight_layout()
     tmp = path.with_name(path.stem + ".tmp.png")
@@ -417,16 +487,26 @@ def _plot_per_engine(ax: Any, t: list[float], rows: list[dict[str, Any]]) -> Non
             pairs = r.get(key) or []
             return pairs[e][i] if e < len(pairs) else 0
 
-        if key == "engines":
-            (line,) = ax.plot(t, [pick(r, 1) for r in rows], label=f"engine {e} {labels[0]}")
-            ax.plot(t, [pick(r, 0) for r in rows], ":", color=line.get_color(), lw=0.8)
-        else:
-            (line,) = ax.plot(t, [pick(r, 0) for r in rows], label=f"engine {e} {labels[0]}")
-            ax.plot(t, [pick(r, 1) for r in rows], ":", color=line.get_color(), lw=0.8)
+        solid, dotted = (1, 0) if key == "engines" else (0, 1)
+        color = f"C{e % 10}"  # engine e's colour in every per-engine panel
+        ax.plot(t, [pick(r, solid) for r in rows], color=color, label=f"engine {e} {labels[0]}")
+        ax.plot(t, [pick(r, dotted) for r in rows], ":", color=color, lw=0.8)
     source = "vLLM's scheduler" if key == "engines" else "our router"
     ax.set_ylabel(f"per engine ({source})", fontsize=8)
     ax.set_title(f"dotted: {labels[1]}", fontsize=8)
     ax.legend(loc="upper left", fontsize=7, ncol=2)
+
+
+def _plot_in_transit_per_engine(ax: Any, t: list[float], rows: list[dict[str, Any]]) -> None:
+    """Per data-parallel engine, what our router has in flight there and vLLM's scheduler does
+    not hold (harness.run.host_path), in the engine's colour of the panel above."""
+    per = [r.get("in_transit_per_engine") or [] for r in rows]
+    for e in range(max(len(v) for v in per)):
+        values = [v[e] if e < len(v) else 0 for v in per]
+        ax.plot(t, values, color=f"C{e % 10}", label=f"engine {e}")
+    ax.set_ylabel("in transit per engine", fontsize=8)
+    ax.set_title("routed in flight - vLLM's running - waiting, per engine", fontsize=8)
+    ax.legend(loc="upper left", fontsize=7, ncol=4)
 
 
 def early_stopping_min_queries(over_limit: int = 1, percentile: float = 0.99) -> int:
