@@ -347,7 +347,7 @@ class EnginePool:
                 elif what == DONE:
                     stream.push(PoolOutput(payload, True))
                 elif what == FAILED:
-                    stream.push(RuntimeError(f"engine {rank}: {payload}"))
+                    stream.push(_request_error(rank, *payload))
         elif kind == "tick":
             if msg[1] and self.on_progress is not None:
                 self.on_progress()
@@ -459,3 +459,11 @@ def _record_engines(vllm_config: Any, engines: int) -> None:
             parallel.data_parallel_size = engines
         except Exception:  # a config that refuses it: the record keeps one replica's view
             log.debug("could not record %d engines on the resolved config", engines)
+
+
+def _request_error(rank: int, type_name: str, text: str) -> BaseException:
+    """A request's failure in a worker, as the SUT's process raises it: a dead engine as vLLM's
+    own EngineDeadError (what the run reports and the watches expect), anything else as is."""
+    if "EngineDead" in type_name:
+        return engine_dead_error(f"engine {rank}: {text}")
+    return RuntimeError(f"engine {rank}: {text}")

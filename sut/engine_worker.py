@@ -11,7 +11,7 @@ Messages (tuples, pickled by multiprocessing.Connection):
 - to the worker: ("add", [(request_id, prompt_ids, max_tokens), ...]), ("abort", [ids]),
   ("profile", call_id, start), ("stop",)
 - from the worker: ("ready", info), ("start_failed", text), ("out", [(id, kind, ids), ...])
-  with kind FIRST, DONE or FAILED (ids: the error text), ("tick", outputs, stats),
+  with kind FIRST, DONE or FAILED (then (error type name, text)), ("tick", outputs, stats),
   ("dead", text), ("profiled", call_id, error or None)
 
 The worker ignores SIGINT: a Ctrl-C reaches the whole process group, and the SUT's process
@@ -154,8 +154,8 @@ class Worker:
             self.emit(request_id, DONE, tokens)
         except asyncio.CancelledError:
             pass  # aborted by the SUT (it answers the sample itself); vLLM aborts the request
-        except Exception as exc:
-            self.emit(request_id, FAILED, describe(exc))
+        except Exception as exc:  # the SUT's process raises it again, by its type's name
+            self.emit(request_id, FAILED, (type(exc).__name__, describe(exc)))
         finally:
             self.tasks.pop(request_id, None)
 
