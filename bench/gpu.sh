@@ -65,6 +65,9 @@
 #                          TRIAL_S_<Scenario> a round's trial length (default TRIAL_S, 600)
 #   bench/gpu.sh dp-8b-all  (4 GPUs) the host's Offline (DP 2 beside two single engines), then
 #                          dp-8b-rounds at SERVER_FRAC / INTERACTIVE_FRAC x 2 x one engine's rate
+#   bench/gpu.sh host-dp4  (4 GPUs) the host path: one engine's Offline per GPU, then Server on DP 4
+#                          at 0.96 of it behind --frontend per-engine for 600 s, its process tree
+#                          profiled, then the stand-in host-path bench on the CPUs (the part's header)
 #   bench/gpu.sh all       offline + server
 #   bench/gpu.sh probe     vLLM's own defaults (scheduler, compilation, fusion passes) as JSON
 #   bench/gpu.sh tune NAME [KEY=VALUE ...]   one engine config, FP8 + FP8 KV: a cold pass, then
@@ -145,7 +148,8 @@ keep_run() {  # run folder, tag: its LoadGen summary and detail log, picture and
   cp "$1/result.json" "$OUT/$2_result.json" 2>/dev/null
   # `run --profile`: the window's summary and vLLM's kernel table of rank 0 (not the traces)
   cp "$1/profile/summary.json" "$OUT/$2_profile.json" 2>/dev/null
-  local t; for t in "$1"/profile/*rank0*profiler_out*.txt "$1"/profile/*profiler_out_0.txt; do
+  local t; for t in "$1"/profile/*rank0*profiler_out*.txt "$1"/profile/*profiler_out_0.txt \
+      "$1"/profile/engine0/*profiler_out*.txt; do  # engine0/: --frontend per-engine
     [ -f "$t" ] && cp "$t" "$OUT/$2_profiler_out.txt"; done
   return 0  # what a run left is the part's status (its result.json), not the last copy's
 }
@@ -620,6 +624,42 @@ PY
     echo "dp-8b-all: one engine's Offline on this host -> Server $sq, Interactive $iq QPS (2 engines)"
     [ -n "$sq" ] || exit 1
     OUT=$base bash bench/gpu.sh dp-8b-rounds "$sq" "$iq" ;;
+  host-dp4)  # 4 GPUs (the host path): one engine's Offline on each GPU (2,000 prompts, the
+    # Offline line), then Server on DP 4 at SERVER_FRAC (0.96) x 4 x their mean samples/s with
+    # --frontend FRONTEND (per-engine), engine stats on, for the conf's 600 s (CONFIRM_MS: less,
+    # CPU dry runs); the run's process tree profiled PROFILE_S (60) s from PROFILE_AT (240) s
+    # after its LoadGen starts (bench/host_profile.py; PY_SPY: the py-spy binary); then, with
+    # HOST_BENCH set, bench/host_path.py $HOST_BENCH on the host's CPUs (stand-in engines)
+    shift; base=$OUT; line=${LINES:-user_confs/engines/h200}; n=${ENGINES:-4}
+    specs=(); for _ in $(seq 1 "$n"); do specs+=("SAMPLES=${OFFLINE_N:-2000} offline-n one --engine-line $line"); done
+    OUT=$base/Offline STAGGER_S=1 bash bench/gpu.sh parallel "${specs[@]}"
+    sq=$(python3 - "$base/Offline" "${SERVER_FRAC:-0.96}" "$n" <<'PY'
+import glob, json, sys
+rates = [json.load(open(f))["performance"]["samples_per_second"]
+         for f in sorted(glob.glob(sys.argv[1] + "/gpu*/run_8b_fp8_one_result.json"))]
+print(round(float(sys.argv[2]) * int(sys.argv[3]) * sum(rates) / len(rates), 2) if rates else "")
+PY
+)
+    [ -n "$sq" ] || { echo "host-dp4: no Offline result"; exit 1; }
+    echo "host-dp4: one engine's Offline on this host -> Server $sq QPS on $n engines ($(date +%T))"
+    mkdir -p "$base/Server" "$base/profile"
+    ( wait_for_run() { for _ in $(seq 1 900); do
+          pid=$(pgrep -f -n "harness.cli run .*confirm_Server") && [ -f "$1" ] && \
+            grep -q generated_query_count "$1" 2>/dev/null && return 0; sleep 1; done; return 1; }
+      wait_for_run "${TMPDIR:-/tmp}/gpu-bench/confirm_Server_$sq/performance/mlperf_log_detail.txt" && \
+      sleep "${PROFILE_AT:-240}" && \
+      python3 bench/host_profile.py --pid "$(pgrep -f -n "harness.cli run .*confirm_Server")" \
+        --duration "${PROFILE_S:-60}" --out "$base/profile" ${PY_SPY:+--py-spy "$PY_SPY"} \
+        > "$base/profile/host_profile.log" 2>&1 ) &
+    prof=$!
+    OUT=$base/Server CONFIRM_N=${CONFIRM_N:-2000} bash bench/gpu.sh confirm Server "$sq" - \
+      --engine-line "$line" --data-parallel-size "$n" --frontend "${FRONTEND:-per-engine}" --engine-stats
+    wait "$prof"
+    if [ -n "${HOST_BENCH:-}" ]; then
+      read -r -a hb <<< "$HOST_BENCH"
+      python3 bench/host_path.py "${hb[@]}" --out "${TMPDIR:-/tmp}/host-path" \
+        --json "$base/host_path.json" 2>&1 | tee "$base/host_path.log"
+    fi ;;
   dp-8b-rounds)
     shift; sq=${1:?Server QPS}; iq=${2:?Interactive QPS}; base=$OUT
     for round in "Server $sq" "Interactive $iq"; do

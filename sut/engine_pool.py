@@ -205,7 +205,7 @@ class EnginePool:
                 mine, theirs = ctx.Pipe(duplex=True)
                 spec = {
                     "model": model,
-                    "kwargs": one,
+                    "kwargs": _own_profile_dir(one, rank),
                     "params": params,
                     "report_first": report_first,
                     "engine_stats": view is not None,
@@ -467,3 +467,14 @@ def _request_error(rank: int, type_name: str, text: str) -> BaseException:
     if "EngineDead" in type_name:
         return engine_dead_error(f"engine {rank}: {text}")
     return RuntimeError(f"engine {rank}: {text}")
+
+
+def _own_profile_dir(kwargs: dict[str, Any], rank: int) -> dict[str, Any]:
+    """Each engine's profiler writes into a folder of its own (PROFILE/engineK): the engines are
+    each vLLM's rank 0, and their kernel tables would overwrite one another."""
+    profiler = kwargs.get("profiler_config")
+    if not isinstance(profiler, Mapping) or not profiler.get("torch_profiler_dir"):
+        return kwargs
+    own = dict(profiler)
+    own["torch_profiler_dir"] = os.path.join(str(profiler["torch_profiler_dir"]), f"engine{rank}")
+    return {**kwargs, "profiler_config": own}

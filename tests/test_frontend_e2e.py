@@ -4,7 +4,7 @@
 - Server on two engines: every sample answered once, first token before completion, each
   request served by the engine our router picked (by the engines' own count, as in
   tests/test_parallel_e2e.py), two messages per request instead of one per token, the
-  timeline's per-engine series and its in-transit count;
+  timeline's per-engine series and its in-transit count, and vLLM's profiler in each engine;
 - the same promises under faults, each in a 10-minute Server run on one engine behind its own
   front-end process: Ctrl-C to the process group ends it within seconds (exit 130,
   "interrupted"); the engine core killed ends it within seconds with vLLM's EngineDeadError and
@@ -50,7 +50,10 @@ def test_server_on_two_engines_each_behind_its_own_front_end(tiny_model, tiny_da
     conf.write_text(
         "*.Server.min_duration = 2000\n*.Server.min_query_count = 300\n*.Server.target_qps = 24\n"
     )
-    args = ("--data-parallel-size", "2", "--engine-stats", "--max-tokens", "16", *PER_ENGINE)
+    args = (
+        *("--data-parallel-size", "2", "--engine-stats", "--max-tokens", "16", *PER_ENGINE),
+        *("--profile", "4@2"),
+    )
     proc = cli(*run_args(tiny_model, tiny_dataset, out, conf, *args, scenario="Server"), env=DP_ENV)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     result = json.loads((out / "result.json").read_text())
@@ -71,6 +74,12 @@ def test_server_on_two_engines_each_behind_its_own_front_end(tiny_model, tiny_da
     assert min(s["sent"] for s in routed) >= 0.4 * stats["issued"], routed
     # Every output LoadGen got has the tokens the engine made: 16 a sample, first included.
     assert stats["output_tokens"] == 16 * stats["issued"], stats
+    # vLLM's profiler ran in both engines, each writing into a folder of its own (both are
+    # vLLM's rank 0: one folder would keep one kernel table of the two)
+    ranks = result["profile"]["ranks"]
+    assert len(ranks) == 2 and all(r["steps"] == 4 for r in ranks), ranks
+    for k in (0, 1):
+        assert list((out / "profile" / f"engine{k}").glob("*.pt.trace.json*")), k
     timeline = json.loads((out / TIMELINE_JSON).read_text())
     rows = timeline["series"]
     assert all(len(r["engines"]) == 2 and len(r["routed"]) == 2 for r in rows), rows[-1]

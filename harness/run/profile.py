@@ -242,7 +242,8 @@ def summarize_trace(path: Path) -> dict[str, Any]:
 def summarize(profile_dir: Path) -> dict[str, Any]:
     """Every rank's trace in OUT/profile -> summary.json there (written aside, then renamed);
     returns what result.json records under `profile`."""
-    traces = sorted(profile_dir.glob("*.pt.trace.json*"))
+    # one folder per engine under --frontend per-engine (sut.engine_pool), else all here
+    traces = sorted(profile_dir.glob("**/*.pt.trace.json*"))
     summary: dict[str, Any] = {
         "dir": str(profile_dir),
         "ranks": [summarize_trace(t) for t in traces],
