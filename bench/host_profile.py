@@ -8,19 +8,21 @@ the engine cores while the schedulers have room, this says which part of that pr
 and whether its Python is saturated (busy cores near 1.0: one GIL's worth, the host path's
 ceiling).
 
-    # wrap a command: start it, wait out the engine start, sample, analyse when it ends
-    python bench/host_profile.py --out DIR [--delay 40] [--duration 20] [--rate 100] -- \\
+    # wrap a command: start it, sample once its timed test starts, analyse when it ends
+    python bench/host_profile.py --out DIR [--delay 5] [--duration 20] [--rate 100] -- \\
         python -m harness.cli run --scenario Server ... --output RUN
     # attach to a running process
-    python bench/host_profile.py --out DIR --pid PID --duration 20
+    python bench/host_profile.py --out DIR --pid PID --duration 20 [--after FILE]
     # analyse a recorded profile again (new rules, other counts)
     python bench/host_profile.py --out DIR --analyze DIR/profile.txt --rate 100
 
 Writes DIR/profile.txt (py-spy's raw stacks), DIR/py-spy.log and DIR/host_profile.json, and
-prints the tables. Per request / per token figures need the load the window saw: `--requests N
---tokens T` (completed in the window), or, when the wrapped command has `--output RUN`, the
-completed samples/s and tokens/s of RUN/result.json times the window's length (so the window
-must lie inside the timed test: choose --delay and --duration for that).
+prints the tables. A wrapped command with `--output RUN` is sampled from the moment LoadGen
+creates RUN/performance/mlperf_log_detail.txt (the timed test's start; --after names another
+file), then --delay seconds more, for --duration seconds or until it ends. Per request and per
+token figures need the load the window saw: `--requests N --tokens T` (completed in the window),
+or else RUN/result.json's completed samples/s and tokens/s times the window's length (so keep
+the window inside the timed test: a --duration shorter than the test).
 
 How a sample is judged (rules below, each a small ordered table, first match wins):
 - idle: the leaf frame blocks (a selector, a lock or condition, a queue, a pipe or socket, a
@@ -356,6 +358,7 @@ class ProcessProfile:
     idle_leaves: Counter[str] = field(default_factory=Counter)  # to check the idle rules against
     ours: int = 0  # samples with a frame of sut/ or harness/ anywhere on the stack
     vllm: int = 0  # samples with a frame of vllm/ anywhere on the stack
+    functions: set[str] = field(default_factory=set)  # every function seen, by its own name
     role: str = ""
 
     @property
@@ -380,12 +383,13 @@ class ProcessProfile:
         return total
 
 
-# A process's role, first match wins. vLLM names its processes (setproctitle); the profiled
-# process is the SUT; a child running our code and vLLM's is a front-end worker (one AsyncLLM
+# A process's role, first match wins. vLLM names its processes (setproctitle), but py-spy reads
+# a command line once, so one sampled from its start keeps multiprocessing's spawn line: its
+# entry function tells too. The profiled process is the SUT; a child running our code and vLLM's is a front-end worker (one AsyncLLM
 # per engine); any other child (multiprocessing's resource tracker, our orphan watcher) a helper.
 ROLES: tuple[tuple[str, Callable[[ProcessProfile], bool]], ...] = (
-    ("vLLM engine core", lambda p: "EngineCore" in p.command),
-    ("vLLM worker", lambda p: "VLLM::" in p.command),
+    ("vLLM engine core", lambda p: "EngineCore" in p.command or "run_engine_core" in p.functions),
+    ("vLLM worker", lambda p: "VLLM::" in p.command or "worker_main" in p.functions),
     ("SUT main", lambda p: p.depth == 0),
     ("front-end worker", lambda p: p.ours > 0 and p.vllm > 0),
     ("helper", lambda p: True),
@@ -410,6 +414,7 @@ def analyse(samples: Iterable[Sample]) -> list[ProcessProfile]:
             proc.busy_leaves[str(s.frames[-1]) if s.frames else "(no Python frame)"] += s.count
         proc.ours += s.count if any(_ours(f) for f in s.frames) else 0
         proc.vllm += s.count if any(_vllm_path(f) for f in s.frames) else 0
+        proc.functions.update(_last_name(f) for f in s.frames)
     for proc in procs.values():
         proc.role = next(name for name, is_role in ROLES if is_role(proc))
     return sorted(procs.values(), key=lambda p: (p.depth, p.pid))
@@ -630,14 +635,20 @@ def record(pid: int, out_dir: Path, rate: int, duration: int | None, blocking: b
     )
 
 
-def _wait_for_delay(cmd: subprocess.Popen, delay: float) -> None:
-    try:
-        rc = cmd.wait(timeout=delay)
-    except subprocess.TimeoutExpired:
-        return
-    raise UsageError(
-        f"the command ended (exit {rc}) within --delay {delay:g} s: nothing to profile"
-    )
+def wait_for_start(alive: Callable[[], bool], after: Path | None, delay: float) -> None:
+    """Until `after` exists, newer than now, then `delay` seconds more, while `alive()`."""
+    since = time.time()
+    if after is not None:
+        print(f"host_profile: sampling starts once {after} appears, then {delay:g} s", flush=True)
+    while after is not None and not (after.exists() and after.stat().st_mtime >= since - 1):
+        if not alive():
+            raise UsageError(f"the process ended before {after} appeared: nothing to profile")
+        time.sleep(0.2)
+    end = time.monotonic() + delay
+    while time.monotonic() < end:
+        if not alive():
+            raise UsageError(f"the process ended within --delay {delay:g} s: nothing to profile")
+        time.sleep(min(0.2, max(0.0, end - time.monotonic())))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -656,7 +667,16 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
     ap.add_argument("--out", type=Path, required=True, help="folder for the profile and report")
     ap.add_argument("--pid", type=int, help="attach to this running process instead of a command")
     ap.add_argument("--analyze", type=Path, help="analyse this raw profile again; records nothing")
-    ap.add_argument("--delay", type=float, default=0.0, help="seconds before sampling starts")
+    ap.add_argument(
+        "--after",
+        type=Path,
+        help="start sampling once this file appears, newer than this tool's start (default for a "
+        "command with --output RUN: RUN/performance/mlperf_log_detail.txt, which LoadGen creates "
+        "as the timed test starts; an engine's start time varies too much for --delay alone)",
+    )
+    ap.add_argument(
+        "--delay", type=float, default=0.0, help="seconds before sampling starts (after --after)"
+    )
     ap.add_argument("--duration", type=int, help="seconds to sample (default: until it ends)")
     ap.add_argument("--rate", type=int, default=100, help="samples per second (default 100)")
     ap.add_argument("--blocking", action="store_true", help="pause the processes at each sample")
@@ -694,14 +714,18 @@ def _main(args: argparse.Namespace, command: list[str]) -> int:
     elif args.pid is not None:
         if not Path(f"/proc/{args.pid}").exists():
             raise UsageError(f"--pid {args.pid}: no such process")
-        time.sleep(args.delay)
+        wait_for_start(Path(f"/proc/{args.pid}").exists, args.after, args.delay)
         rec = record(args.pid, args.out, args.rate, args.duration, args.blocking)
         meta.update(pid=args.pid, py_spy=_recording(rec))
     else:
         py_spy()  # fail before starting a long command
+        run_dir = output_dir_of(command)
+        after = args.after
+        if after is None and run_dir is not None:
+            after = run_dir / "performance" / "mlperf_log_detail.txt"
         cmd = subprocess.Popen(command)
         try:
-            _wait_for_delay(cmd, args.delay)
+            wait_for_start(lambda: cmd.poll() is None, after, args.delay)
             rec = record(cmd.pid, args.out, args.rate, args.duration, args.blocking)
             rc = cmd.wait()
         except BaseException:
