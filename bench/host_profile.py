@@ -193,6 +193,9 @@ def _vllm_path(frame: Frame) -> str:
 
 
 def _stdlib(frame: Frame, *names: str) -> bool:
+    """A module of Python's own library (not zmq/sugar/socket.py for socket.py)."""
+    if "-packages/" in frame.file:
+        return False
     return any(frame.file == n or frame.file.endswith("/" + n) for n in names)
 
 
@@ -208,35 +211,44 @@ BLOCKING_LINE = re.compile(
     r"|^for line in \w+:"  # lines of a pipe (multiprocessing's resource tracker reads one)
 )
 WAIT_NAME = re.compile(r"^_?(wait\w*|sleep|select|poll|recv\w*|acquire|_recv\w*|_poll)$")
+
+
+LOCK_WAITS = {"wait", "acquire", "join", "_wait_for_tstate_lock"}
+
+
+def _lock_wait(f: Frame) -> bool:
+    return _stdlib(f, "threading.py") and _last_name(f) in LOCK_WAITS
+
+
+def _pipe_or_socket(f: Frame) -> bool:
+    if _stdlib(f, "multiprocessing/connection.py", "socket.py", "ssl.py"):
+        return True
+    return _in_package(f, "zmq") and re.match(r"^(poll|recv\w*)$", _last_name(f)) is not None
+
+
+def _process_wait(f: Frame) -> bool:
+    waits = "wait" in f.function.lower()
+    return waits and (_stdlib(f, "subprocess.py") or _in_package(f, "psutil", "multiprocessing"))
+
+
+# The last two read lines and names, so neither applies in asyncio: its sockets do not block and
+# its waits are coroutines (a thread's one wait there is the selector's).
+def _blocking_line(f: Frame) -> bool:
+    return not _in_package(f, "asyncio") and bool(BLOCKING_LINE.search(source_line(f.file, f.line)))
+
+
+def _wait_name(f: Frame) -> bool:
+    return not _in_package(f, "asyncio") and bool(WAIT_NAME.match(_last_name(f)))
+
+
 IDLE_RULES: tuple[tuple[str, Callable[[Frame], bool]], ...] = (
     ("selector", lambda f: _stdlib(f, "selectors.py") and "select" in f.function),
-    (
-        "lock or condition",
-        lambda f: (
-            _stdlib(f, "threading.py")
-            and _last_name(f) in {"wait", "acquire", "join", "_wait_for_tstate_lock"}
-        ),
-    ),
+    ("lock or condition", _lock_wait),
     ("queue", lambda f: _stdlib(f, "queue.py") and _last_name(f) in {"get", "put", "join"}),
-    (
-        "pipe or socket",
-        lambda f: (
-            _stdlib(f, "multiprocessing/connection.py", "socket.py", "ssl.py")
-            or (_in_package(f, "zmq") and re.match(r"^(poll|recv\w*)$", _last_name(f)) is not None)
-        ),
-    ),
-    (
-        "process wait",
-        lambda f: (
-            (_stdlib(f, "subprocess.py") or _in_package(f, "psutil", "multiprocessing"))
-            and "wait" in f.function.lower()
-        ),
-    ),
-    (
-        "blocking call on the line",
-        lambda f: bool(BLOCKING_LINE.search(source_line(f.file, f.line))),
-    ),
-    ("a wait by its name", lambda f: bool(WAIT_NAME.match(_last_name(f)))),
+    ("pipe or socket", _pipe_or_socket),
+    ("process wait", _process_wait),
+    ("blocking call on the line", _blocking_line),
+    ("a wait by its name", _wait_name),
 )
 
 
