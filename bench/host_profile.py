@@ -308,6 +308,7 @@ def _vllm_output(frame: Frame, _: Sample) -> bool:
 
 
 Rule = tuple[str, Callable[[Frame, Sample], bool]]
+ASYNCIO = "asyncio machinery"
 # Busy categories, tried frame by frame from the leaf outwards: the innermost frame some rule
 # claims decides, and on that frame the first rule that matches. So LoadGen comes before our
 # code (a sut/ line that calls lg.QuerySamplesComplete is both), and a frame no rule claims
@@ -317,7 +318,7 @@ CATEGORIES: tuple[Rule, ...] = (
     ("vLLM input processing", _vllm_input),
     ("vLLM output processing", _vllm_output),
     ("our code", lambda f, _: _ours(f)),
-    ("asyncio machinery", lambda f, _: _in_package(f, "asyncio")),
+    (ASYNCIO, lambda f, _: _in_package(f, "asyncio")),
 )
 # Tried the same way only when no category claims any frame of the stack: vLLM's helpers
 # (vllm/utils, vllm/v1/metrics, serial_utils) called from its input or output path stay there;
@@ -328,12 +329,13 @@ IDLE = "idle"
 CATEGORY_NAMES = (*(name for name, _ in (*CATEGORIES, *FALLBACKS)), OTHER)
 
 
-def category(sample: Sample) -> str:
-    """The busy category of a sample (see CATEGORIES)."""
+def category(sample: Sample, skip: str = "") -> str:
+    """The busy category of a sample (see CATEGORIES); with `skip`, the one it would have
+    without that category's rule (whom asyncio's work was for)."""
     for rules in (CATEGORIES, FALLBACKS):
         for frame in reversed(sample.frames):
             for name, claims in rules:
-                if claims(frame, sample):
+                if name != skip and claims(frame, sample):
                     return name
     return OTHER
 
@@ -368,6 +370,8 @@ class ProcessProfile:
     idle_reasons: Counter[str] = field(default_factory=Counter)
     busy_leaves: Counter[str] = field(default_factory=Counter)
     idle_leaves: Counter[str] = field(default_factory=Counter)  # to check the idle rules against
+    # asyncio's samples by the category of the code that called into it
+    asyncio_for: Counter[str] = field(default_factory=Counter)
     ours: int = 0  # samples with a frame of sut/ or harness/ anywhere on the stack
     vllm: int = 0  # samples with a frame of vllm/ anywhere on the stack
     functions: set[str] = field(default_factory=set)  # every function seen, by its own name
@@ -422,7 +426,10 @@ def analyse(samples: Iterable[Sample]) -> list[ProcessProfile]:
             proc.idle_reasons[reason] += s.count
             proc.idle_leaves[f"{s.frames[-1]} [{reason}]"] += s.count
         else:
-            thread.kinds[category(s)] += s.count
+            kind = category(s)
+            thread.kinds[kind] += s.count
+            if kind == ASYNCIO:
+                proc.asyncio_for[category(s, skip=ASYNCIO)] += s.count
             proc.busy_leaves[str(s.frames[-1]) if s.frames else "(no Python frame)"] += s.count
         proc.ours += s.count if any(_ours(f) for f in s.frames) else 0
         proc.vllm += s.count if any(_vllm_path(f) for f in s.frames) else 0
@@ -493,6 +500,7 @@ def report(procs: list[ProcessProfile], rate_hz: float, load: Load | None) -> di
                 "categories": {c: cats[c] for c in CATEGORY_NAMES if cats[c]},
                 "category_share": {c: share(cats[c], p.busy) for c in CATEGORY_NAMES if cats[c]},
                 "idle_reasons": dict(p.idle_reasons.most_common()),
+                "asyncio_for": dict(p.asyncio_for.most_common()),
                 "top_busy_leaves": p.busy_leaves.most_common(15),
                 "top_idle_leaves": p.idle_leaves.most_common(10),
                 "threads": [
@@ -574,6 +582,9 @@ def table(record: dict[str, Any], threads_of: Sequence[str] = HOST_PATH_ROLES) -
                 f"  {t['name'] or '?':<36} {t['tid']:>8} {100 * t['busy_share_of_wall']:>6.1f}%"
                 f"  mostly {top}"
             )
+        if p["asyncio_for"]:
+            called = ", ".join(f"{SHORT_NAMES[c]} {n}" for c, n in p["asyncio_for"].items())
+            lines.append(f"  asyncio's busy samples, by who called into it: {called}")
     if "per_request" in record:
         lines.append(f"\nload: {record['load']['source']}")
         for role, v in record["per_request"].items():

@@ -129,6 +129,9 @@ def test_rules_judge_each_stack_and_split_per_process(tmp_path):
     assert main.busy == 45 + 6 + 4  # the loop, LoadGen's issue_queries, the native thread
     assert main.busy_cores == pytest.approx(55 / 96)
     assert main.idle_reasons == {"selector": 50, "blocking call on the line": 136}
+    # asyncio's 6 + 2 loop samples came from its own loop and our code; LoadGen's call_soon was
+    # LoadGen's
+    assert main.asyncio_for == {hp.OTHER: 6, "our code": 2}
     assert procs[300].busy_cores == pytest.approx(0.3)
     assert procs[400].categories() == {"vLLM output processing": 20}
 
