@@ -374,7 +374,9 @@ class ProcessProfile:
     asyncio_for: Counter[str] = field(default_factory=Counter)
     ours: int = 0  # samples with a frame of sut/ or harness/ anywhere on the stack
     vllm: int = 0  # samples with a frame of vllm/ anywhere on the stack
-    functions: set[str] = field(default_factory=set)  # every function seen, by its own name
+    # every vLLM function seen, as "v1/engine/core.py:run_engine_core" (our sut/engine_worker.py
+    # has a worker_main too)
+    vllm_functions: set[str] = field(default_factory=set)
     role: str = ""
 
     @property
@@ -403,9 +405,11 @@ class ProcessProfile:
 # a command line once, so one sampled from its start keeps multiprocessing's spawn line: its
 # entry function tells too. The profiled process is the SUT; a child running our code and vLLM's is a front-end worker (one AsyncLLM
 # per engine); any other child (multiprocessing's resource tracker, our orphan watcher) a helper.
+ENGINE_CORE = "v1/engine/core.py:run_engine_core"
+VLLM_WORKER = "v1/executor/multiproc_executor.py:worker_main"
 ROLES: tuple[tuple[str, Callable[[ProcessProfile], bool]], ...] = (
-    ("vLLM engine core", lambda p: "EngineCore" in p.command or "run_engine_core" in p.functions),
-    ("vLLM worker", lambda p: "VLLM::" in p.command or "worker_main" in p.functions),
+    ("vLLM engine core", lambda p: "EngineCore" in p.command or ENGINE_CORE in p.vllm_functions),
+    ("vLLM worker", lambda p: "VLLM::" in p.command or VLLM_WORKER in p.vllm_functions),
     ("SUT main", lambda p: p.depth == 0),
     ("front-end worker", lambda p: p.ours > 0 and p.vllm > 0),
     ("helper", lambda p: True),
@@ -433,7 +437,9 @@ def analyse(samples: Iterable[Sample]) -> list[ProcessProfile]:
             proc.busy_leaves[str(s.frames[-1]) if s.frames else "(no Python frame)"] += s.count
         proc.ours += s.count if any(_ours(f) for f in s.frames) else 0
         proc.vllm += s.count if any(_vllm_path(f) for f in s.frames) else 0
-        proc.functions.update(_last_name(f) for f in s.frames)
+        proc.vllm_functions.update(
+            f"{_vllm_path(f)}:{_last_name(f)}" for f in s.frames if _vllm_path(f)
+        )
     for proc in procs.values():
         proc.role = next(name for name, is_role in ROLES if is_role(proc))
     return sorted(procs.values(), key=lambda p: (p.depth, p.pid))

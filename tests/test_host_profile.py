@@ -86,6 +86,8 @@ def _raw(root: Path) -> str:
         f"{fe};FrontEnd.run ({root}/sut/frontend.py:1);OutputProcessor.process_outputs "
         f"({vllm}/output_processor.py:500) 20",
         f"{fe};FrontEnd.run ({root}/sut/frontend.py:1);Poller.poll ({SITE}/zmq/sugar/poll.py:106) 80",
+        # ours has a worker_main too: not vLLM's (a spawned vLLM worker is known by its own)
+        f"{fe};worker_main ({root}/sut/frontend.py:1) 1",
     ]
     return "\n".join(lines) + "\n"
 
@@ -112,9 +114,10 @@ def test_rules_judge_each_stack_and_split_per_process(tmp_path):
         hp.IDLE,
         "vLLM output processing",
         hp.IDLE,
+        "our code",
     ]
-    assert samples[-1].command.endswith("spawn_main(tracker_fd=4)")
-    assert samples[-1].pids == (100, 400)
+    assert samples[-2].command.endswith("spawn_main(tracker_fd=4)")
+    assert samples[-2].pids == (100, 400)
 
     procs = {p.pid: p for p in hp.analyse(samples)}
     assert {pid: p.role for pid, p in procs.items()} == {
@@ -133,14 +136,14 @@ def test_rules_judge_each_stack_and_split_per_process(tmp_path):
     # LoadGen's
     assert main.asyncio_for == {hp.OTHER: 6, "our code": 2}
     assert procs[300].busy_cores == pytest.approx(0.3)
-    assert procs[400].categories() == {"vLLM output processing": 20}
+    assert procs[400].categories() == {"vLLM output processing": 20, "our code": 1}
 
     record = hp.report(list(procs.values()), 100, hp.Load(10, 200, "test"))
     per = record["per_request"]
     # 55 busy samples at 100 Hz = 0.55 s over 10 requests and 200 tokens
     assert per["SUT main"]["us_per_request"] == pytest.approx(55_000)
     assert per["SUT main"]["us_per_token"] == pytest.approx(2_750)
-    assert per["host path"]["us_per_request"] == pytest.approx(75_000)  # + the front-end's 20
+    assert per["host path"]["us_per_request"] == pytest.approx(76_000)  # + the front-end's 21
     assert "front-end worker" in hp.table(record)
 
 
