@@ -628,7 +628,7 @@ PY
     # Offline line), then Server on DP 4 at SERVER_FRAC (0.96) x 4 x their mean samples/s with
     # --frontend FRONTEND (per-engine), engine stats on, for the conf's 600 s (CONFIRM_MS: less,
     # CPU dry runs); the run's process tree profiled PROFILE_S (60) s from PROFILE_AT (240) s
-    # after its LoadGen starts (bench/host_profile.py; PY_SPY: the py-spy binary); then, with
+    # after its LoadGen starts (bench/host_profile.py, py-spy on PATH, PROFILE_HZ 50); then, with
     # HOST_BENCH set, bench/host_path.py $HOST_BENCH on the host's CPUs (stand-in engines)
     shift; base=$OUT; line=${LINES:-user_confs/engines/h200}; n=${ENGINES:-4}
     specs=(); for _ in $(seq 1 "$n"); do specs+=("SAMPLES=${OFFLINE_N:-2000} offline-n one --engine-line $line"); done
@@ -649,7 +649,7 @@ PY
       wait_for_run "${TMPDIR:-/tmp}/gpu-bench/confirm_Server_$sq/performance/mlperf_log_detail.txt" && \
       sleep "${PROFILE_AT:-240}" && \
       python3 bench/host_profile.py --pid "$(pgrep -f -n "harness.cli run .*confirm_Server")" \
-        --duration "${PROFILE_S:-60}" --out "$base/profile" ${PY_SPY:+--py-spy "$PY_SPY"} \
+        --duration "${PROFILE_S:-60}" --rate "${PROFILE_HZ:-50}" --out "$base/profile" \
         > "$base/profile/host_profile.log" 2>&1 ) &
     prof=$!
     OUT=$base/Server CONFIRM_N=${CONFIRM_N:-2000} bash bench/gpu.sh confirm Server "$sq" - \
