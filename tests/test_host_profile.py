@@ -1,6 +1,6 @@
-"""bench/host_profile.py: the rules on a hand-written py-spy raw profile (categories, idle
-detection, the split per process), and one real py-spy recording of a child process with a
-known busy thread and known waiting ones.
+"""bench/host_profile_rules.py's rules on a hand-written py-spy raw profile (categories, idle
+detection, the split per process), and one real py-spy recording by bench/host_profile.py of a
+child process with a known busy thread and known waiting ones.
 
 Time budget: ~8 s (the child runs 5 s, sampled for 3 s of it).
 """
@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from bench import host_profile as hp
+from bench import host_profile_rules as rules
 
 SITE = "/venv/lib/python3.11/site-packages"
 LIB = "/usr/lib/python3.11"
@@ -94,10 +95,10 @@ def _raw(root: Path) -> str:
 
 def test_rules_judge_each_stack_and_split_per_process(tmp_path):
     root = _sources(tmp_path / "src")
-    samples = hp.parse_raw(_raw(root))
-    kinds = [hp.classify(s) for s in samples]
+    samples = rules.parse_raw(_raw(root))
+    kinds = [rules.classify(s) for s in samples]
     assert kinds == [
-        hp.IDLE,
+        rules.IDLE,
         "vLLM input processing",
         "vLLM output processing",
         "vLLM output processing",
@@ -106,20 +107,20 @@ def test_rules_judge_each_stack_and_split_per_process(tmp_path):
         "our code",
         "LoadGen calls",
         "asyncio machinery",
-        hp.IDLE,
+        rules.IDLE,
         "LoadGen calls",
-        hp.IDLE,
-        hp.OTHER,
+        rules.IDLE,
+        rules.OTHER,
         "vLLM other",
-        hp.IDLE,
+        rules.IDLE,
         "vLLM output processing",
-        hp.IDLE,
+        rules.IDLE,
         "our code",
     ]
     assert samples[-2].command.endswith("spawn_main(tracker_fd=4)")
     assert samples[-2].pids == (100, 400)
 
-    procs = {p.pid: p for p in hp.analyse(samples)}
+    procs = {p.pid: p for p in rules.analyse(samples)}
     assert {pid: p.role for pid, p in procs.items()} == {
         100: "SUT main",
         300: "vLLM engine core",
@@ -134,11 +135,11 @@ def test_rules_judge_each_stack_and_split_per_process(tmp_path):
     assert main.idle_reasons == {"selector": 50, "blocking call on the line": 136}
     # asyncio's 6 + 2 loop samples came from its own loop and our code; LoadGen's call_soon was
     # LoadGen's
-    assert main.asyncio_for == {hp.OTHER: 6, "our code": 2}
+    assert main.asyncio_for == {rules.OTHER: 6, "our code": 2}
     assert procs[300].busy_cores == pytest.approx(0.3)
     assert procs[400].categories() == {"vLLM output processing": 20, "our code": 1}
 
-    record = hp.report(list(procs.values()), 100, hp.Load(10, 200, "test"))
+    record = rules.report(list(procs.values()), 100, rules.Load(10, 200, "test"))
     per = record["per_request"]
     # 55 busy samples at 100 Hz = 0.55 s over 10 requests and 200 tokens
     assert per["SUT main"]["us_per_request"] == pytest.approx(55_000)
