@@ -58,6 +58,7 @@ sys.path.insert(0, str(REPO))
 BENCHMARK = "llama3_1-8b"
 MEAN_INPUT = 870  # CNN/DailyMail's mean prompt length in Llama-3.1 tokens
 DATASET_SEED = 5
+SAMPLES_MARGIN = 1.1  # queries per run over target x duration (samples_for)
 FRONTENDS = ("shared", "per-engine")
 EXECUTOR = "bench.standin_engine.StandInExecutor"
 
@@ -141,7 +142,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-num-seqs", type=int, default=512)
     p.add_argument("--max-num-batched-tokens", type=int, default=65536)
     p.add_argument("--max-tokens", type=int, default=128, help="output tokens per request")
-    p.add_argument("--duration-s", type=float, default=60.0, help="LoadGen's min_duration")
+    p.add_argument(
+        "--duration-s",
+        type=float,
+        default=60.0,
+        help="LoadGen's min_duration (a run issues ~1.1 x this at the target rate)",
+    )
     p.add_argument("--model", type=Path, help="config folder (default: a config-only 8B)")
     p.add_argument("--max-model-len", type=int, default=4096)
     p.add_argument("--sync-scheduling", action="store_true", help="vLLM's synchronous engine loop")
@@ -228,9 +234,17 @@ def child_env() -> dict[str, str]:
     return env
 
 
+def samples_for(target_qps: float, duration_s: float) -> int:
+    """The set's size, which is also the run's query count. LoadGen issues queries until both
+    min_duration and min_query_count are met, then pads to whole passes over the loaded samples
+    (equal issue): a set of exactly target x duration is exceeded by Poisson arrivals half the
+    time, and the run then lasts two passes. 10% more is one pass of ~1.1 x duration."""
+    return max(1, math.ceil(target_qps * duration_s * SAMPLES_MARGIN))
+
+
 def dataset_for(model: Path, samples: int, folder: Path) -> Path:
-    """`samples` random prompts (written once per size): LoadGen pads a Server run to whole passes
-    over the loaded samples, so a set of ~target x duration samples keeps the run to its length."""
+    """`samples` random prompts, written once per size (the same prompts for every
+    configuration with as many engines)."""
     from bench.offline_overhead import random_prompts
 
     path = folder / f"prompts_{MEAN_INPUT}_{samples}.json"
@@ -511,7 +525,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     rows: list[Measurement] = []
     for config in configs:
-        samples = max(1, math.ceil(args.rate_per_engine * config.engines * args.duration_s))
+        samples = samples_for(args.rate_per_engine * config.engines, args.duration_s)
         dataset = dataset_for(model, samples, args.out)
         m = measure(args, config, model, dataset, samples, pass_frontend=frontend_flag)
         rows.append(m)

@@ -34,6 +34,7 @@ StandInWorker; a call it does not know fails with a line naming it.
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -351,3 +352,105 @@ class StandInExecutor(Executor):
         device = getattr(self, "_device", None)
         if device is not None:
             device.shutdown(wait=False, cancel_futures=True)
+
+
+def drive_engine_core(
+    model: str,
+    prompt_lens: tuple[int, ...] = (100, 1300, 700),
+    max_tokens: int = 6,
+    chunk: int = 512,
+    async_scheduling: bool = True,
+) -> dict[str, Any]:
+    """vLLM's own EngineCore in this process (no engine-core process, no front end) on the
+    stand-in, stepped until its requests finish: per request the tokens it got and the step that
+    brought its first one, with the scheduler class vLLM picked. Checks the stand-in against a
+    vLLM version's engine loop and scheduler in seconds (`python -m bench.standin_engine MODEL`)."""
+    from vllm import SamplingParams
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.sampling_params import RequestOutputKind
+    from vllm.v1.engine import EngineCoreRequest
+    from vllm.v1.engine.core import EngineCore
+
+    args = EngineArgs(
+        model=model,
+        skip_tokenizer_init=True,
+        load_format="dummy",
+        distributed_executor_backend=f"{__name__}.StandInExecutor",
+        additional_config={
+            STANDIN_KEY: {"step_ms": 1, "kv_tokens": 20_000, "async_scheduling": async_scheduling}
+        },
+        max_model_len=4096,
+        max_num_seqs=8,
+        max_num_batched_tokens=chunk,
+        enable_prefix_caching=False,
+    )
+    core = EngineCore(args.create_engine_config(), StandInExecutor, log_stats=False)
+    try:
+        accepted = inspect.signature(EngineCoreRequest).parameters  # fields differ by version
+        for i, n in enumerate(prompt_lens):
+            params = SamplingParams(
+                max_tokens=max_tokens,
+                ignore_eos=True,
+                output_kind=RequestOutputKind.DELTA,
+                detokenize=False,
+            )
+            fields_ = {
+                "request_id": f"r{i}",
+                "prompt_token_ids": [7] * n,
+                "mm_features": None,
+                "sampling_params": params,
+                "pooling_params": None,
+                "eos_token_id": None,
+                "arrival_time": time.time(),
+                "lora_request": None,
+                "cache_salt": None,
+                "data_parallel_rank": None,
+            }
+            request = EngineCoreRequest(**{k: v for k, v in fields_.items() if k in accepted})
+            core.add_request(*core.preprocess_add_request(request))
+        tokens: dict[str, int] = {}
+        first_step: dict[str, int] = {}
+        step = core.step_with_batch_queue if core.batch_queue is not None else core.step
+        steps = 0
+        while core.scheduler.has_requests() or core.batch_queue:
+            outputs, _ = step()
+            steps += 1
+            for batch in (outputs or {}).values():
+                for out in batch.outputs:
+                    tokens[out.request_id] = tokens.get(out.request_id, 0) + len(out.new_token_ids)
+                    first_step.setdefault(out.request_id, steps)
+            if steps > 50 * len(prompt_lens) * max_tokens:
+                raise StandInError(f"requests still unfinished after {steps} engine steps")
+        return {
+            "scheduler": type(core.scheduler).__name__,
+            "tokens": tokens,
+            "first_token_step": first_step,
+            "steps": steps,
+        }
+    finally:
+        core.shutdown()
+
+
+def _name_cpu_platform_if_unbuilt() -> None:
+    """A vLLM source tree without a build (read beside another version's install, to check the
+    stand-in against it) cannot tell its platform: name the CPU one."""
+    import vllm.platforms as platforms
+
+    if type(platforms.current_platform).__name__ == "UnspecifiedPlatform":
+        from vllm.platforms.cpu import CpuPlatform
+
+        platforms.current_platform = CpuPlatform()
+
+
+if __name__ == "__main__":
+    import json
+    import sys
+
+    import vllm
+
+    _name_cpu_platform_if_unbuilt()
+    if len(sys.argv) != 2:
+        sys.exit("usage: python -m bench.standin_engine MODEL_DIR (a folder with config.json)")
+    for mode in (True, False):
+        report = drive_engine_core(sys.argv[1], async_scheduling=mode)
+        print(json.dumps({"vllm": vllm.__version__, "async_scheduling": mode, **report}))
