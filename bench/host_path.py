@@ -14,21 +14,27 @@ CNN/DailyMail's length profile (mean input ~870), at `--rate-per-engine` x engin
 `--duration-s`, 128 output tokens each (--ignore-eos), with vLLM's engine stats on. Per
 configuration it reports:
 
-- completed req/s and output tokens/s (LoadGen's), TTFT p50 / p99 and TPOT p99;
+- completed req/s and output tokens/s (LoadGen's, over the whole run: a short run's drain pulls
+  them under the target), completed req/s over the steady part (from the engines' filling to the
+  last issue, the run's sustained-rate window), TTFT p50 / p99 and TPOT p99;
 - TTFT p99 growth: against the 1-engine run of the same frontend and stream_interval at the same
-  per-engine rate (the engines' part is identical per engine, so the growth is the host path's);
+  per-engine rate (the engines' part is identical per engine, so the growth is the host path's;
+  with --repeats N, against the median of its N runs: a shared machine's hiccup moves one run);
 - in transit, mean and max over the issue span: requests inside our SUT's engine count but in no
   vLLM scheduler's running or waiting queue (timeline.json: in_engine - running - waiting at the
   same instants), i.e. on their way between our process and the engine cores, either way;
-- LoadGen's validity and whether the backlog kept up (the run's sustained-rate verdict).
+- LoadGen's validity and whether the backlog kept up (the run's sustained-rate verdict; "-" when
+  the steady part is shorter than three median latencies: at 128 tokens of 70 ms steps that
+  needs --duration-s of ~60 or more).
 
     python bench/host_path.py --engines 1,2,4 --stream-intervals 1,128 --duration-s 30
     python bench/host_path.py --engines 1,4 --frontends shared,per-engine --json hp.json
 
 Headroom: the default is an H200-like engine (52 req/s each at a 70 ms step). To test whether the
 host path would carry engines twice as fast, halve the step and double the rate:
-`--rate-per-engine 104 --step-ms 35`. A rate near an engine's capacity (above) measures the
-engine, not the host: keep the rate under ~0.9 x capacity, or raise --max-num-seqs.
+`--rate-per-engine 104 --step-ms 35`. A rate at an engine's capacity (above) measures the engine,
+not the host: keep it below (the default is 0.91 of it, as the H200's Server line), or raise
+--max-num-seqs.
 
 `--frontends` is passed to `run --frontend` only when given (the flag's default, shared, is one
 vLLM front end for all engines; per-engine is one per engine); a `run` without that flag runs
@@ -159,11 +165,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="one more argument for every `run` (repeat; e.g. --run-arg=--prefill-policy "
         "--run-arg=0x4)",
     )
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="run the whole plan this many times (a shared machine's noise shows as spread); "
+        "growth is over the median 1-engine TTFT p99",
+    )
     p.add_argument("--timeout-s", type=float, help="per run (default: 3 x duration + 300)")
     p.add_argument("--out", type=Path, default=Path("bench/host-path-out"), help="run folders")
     p.add_argument("--json", type=Path, help="also write the measurements here")
     args = p.parse_args(argv)
-    for name in ("rate_per_engine", "duration_s", "max_num_seqs", "max_tokens", "kv_tokens"):
+    for name in (
+        "rate_per_engine", "duration_s", "max_num_seqs", "max_tokens", "kv_tokens", "repeats"
+    ):  # fmt: skip
         if getattr(args, name) <= 0:
             p.error(f"--{name.replace('_', '-')} must be positive")
     if args.step_ms < 0 or args.prefill_us_per_token < 0:
@@ -187,8 +202,10 @@ class Measurement:
     engines: int
     frontend: str
     stream_interval: int
+    repeat: int
     target_qps: float
-    completed_qps: float | None
+    completed_qps: float | None  # LoadGen's: over the whole run, the drain included
+    steady_qps: float | None  # completions/s from the engines' filling to the last issue
     output_tokens_per_s: float | None
     ttft_p50_ms: float | None
     ttft_p99_ms: float | None
@@ -351,12 +368,13 @@ def ns_to_ms(metrics: dict[str, Any], key: str) -> float | None:
 def measure(
     args: argparse.Namespace,
     config: Config,
+    repeat: int,
     model: Path,
     dataset: Path,
     samples: int,
     pass_frontend: bool,
 ) -> Measurement:
-    folder = args.out / config.name
+    folder = args.out / (config.name + (f"_r{repeat}" if args.repeats > 1 else ""))
     folder.mkdir(parents=True, exist_ok=True)
     target = args.rate_per_engine * config.engines
     conf = user_conf(folder / "user.conf", target, args.duration_s, samples)
@@ -379,7 +397,7 @@ def measure(
     wall = time.perf_counter() - started
     result_path = out / "result.json"
     if not result_path.exists():
-        return failed(config, target, wall, folder, error or "no result.json")
+        return failed(config, repeat, target, wall, folder, error or "no result.json")
     result = json.loads(result_path.read_text())
     perf = result.get("performance") or {}
     metrics = perf.get("metrics") or {}
@@ -392,8 +410,10 @@ def measure(
         engines=config.engines,
         frontend=config.frontend,
         stream_interval=config.stream_interval,
+        repeat=repeat,
         target_qps=target,
         completed_qps=metrics.get("result_completed_samples_per_sec"),
+        steady_qps=sustained.get("completed_qps_in_window"),
         output_tokens_per_s=perf.get("tokens_per_second"),
         ttft_p50_ms=ns_to_ms(metrics, "result_first_token_50.00_percentile_latency_ns"),
         ttft_p99_ms=perf.get("ttft_p99_ms"),
@@ -414,17 +434,20 @@ def measure(
     )
 
 
-def failed(config: Config, target: float, wall: float, folder: Path, error: str) -> Measurement:
+def failed(
+    config: Config, repeat: int, target: float, wall: float, folder: Path, error: str
+) -> Measurement:
     """A configuration whose run left no result."""
     nothing: dict[str, Any] = {
-        f: None for f in ("completed_qps", "output_tokens_per_s", "ttft_p50_ms", "ttft_p99_ms",
-                          "ttft_p99_growth", "tpot_p50_ms", "tpot_p99_ms", "in_transit_mean",
-                          "in_transit_max", "kept_up", "engine_start_s")
+        f: None for f in ("completed_qps", "steady_qps", "output_tokens_per_s", "ttft_p50_ms",
+                          "ttft_p99_ms", "ttft_p99_growth", "tpot_p50_ms", "tpot_p99_ms",
+                          "in_transit_mean", "in_transit_max", "kept_up", "engine_start_s")
     }  # fmt: skip
     return Measurement(
         engines=config.engines,
         frontend=config.frontend,
         stream_interval=config.stream_interval,
+        repeat=repeat,
         target_qps=target,
         validity="FAILED",
         issued=0,
@@ -438,14 +461,15 @@ def failed(config: Config, target: float, wall: float, folder: Path, error: str)
 
 
 def with_growth(rows: list[Measurement]) -> list[Measurement]:
-    """TTFT p99 over the 1-engine run of the same frontend and stream_interval."""
+    """TTFT p99 over the median TTFT p99 of the 1-engine runs of the same frontend and
+    stream_interval."""
     from dataclasses import replace
 
-    base = {
-        (m.frontend, m.stream_interval): m.ttft_p99_ms
-        for m in rows
-        if m.engines == 1 and m.ttft_p99_ms
-    }
+    ones: dict[tuple[str, int], list[float]] = {}
+    for m in rows:
+        if m.engines == 1 and m.ttft_p99_ms:
+            ones.setdefault((m.frontend, m.stream_interval), []).append(m.ttft_p99_ms)
+    base = {key: statistics.median(values) for key, values in ones.items()}
     out = []
     for m in rows:
         b = base.get((m.frontend, m.stream_interval))
@@ -462,7 +486,8 @@ def fmt(v: Any, spec: str = "") -> str:
 
 def table(rows: list[Measurement]) -> str:
     head = (
-        f"{'eng':>3} {'frontend':<10} {'si':>4} {'target/s':>8} {'done/s':>7} {'tok/s':>8} "
+        f"{'eng':>3} {'frontend':<10} {'si':>4} {'target/s':>8} {'done/s':>7} {'steady/s':>8} "
+        f"{'tok/s':>8} "
         f"{'TTFT50':>7} {'TTFT99':>7} {'x1eng':>5} {'TPOT99':>6} {'transit':>7} {'max':>5} "
         f"{'validity':<8} {'kept':<5}"
     )
@@ -470,7 +495,8 @@ def table(rows: list[Measurement]) -> str:
     for m in rows:
         lines.append(
             f"{m.engines:>3} {m.frontend:<10} {m.stream_interval:>4} {m.target_qps:>8.1f} "
-            f"{fmt(m.completed_qps, '.1f'):>7} {fmt(m.output_tokens_per_s, ',.0f'):>8} "
+            f"{fmt(m.completed_qps, '.1f'):>7} {fmt(m.steady_qps, '.1f'):>8} "
+            f"{fmt(m.output_tokens_per_s, ',.0f'):>8} "
             f"{fmt(m.ttft_p50_ms, '.0f'):>7} {fmt(m.ttft_p99_ms, '.0f'):>7} "
             f"{fmt(m.ttft_p99_growth, '.2f'):>5} {fmt(m.tpot_p99_ms, '.1f'):>6} "
             f"{fmt(m.in_transit_mean, '.1f'):>7} {fmt(m.in_transit_max):>5} "
@@ -506,7 +532,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.model is None:
         model = write_llama31_8b_config(args.out / "llama31_8b_config")
     elif not (args.model / "config.json").is_file():
-        print(f"error: --model {args.model} has no config.json: give a checkpoint or config folder")
+        print(
+            f"error: --model {args.model} has no config.json: give a checkpoint or config folder",
+            file=sys.stderr,
+        )
         return 2
     else:
         model = args.model.resolve()
@@ -524,19 +553,23 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
     rows: list[Measurement] = []
-    for config in configs:
+    for repeat, config in ((r, c) for r in range(args.repeats) for c in configs):
         samples = samples_for(args.rate_per_engine * config.engines, args.duration_s)
         dataset = dataset_for(model, samples, args.out)
-        m = measure(args, config, model, dataset, samples, pass_frontend=frontend_flag)
+        m = measure(args, config, repeat, model, dataset, samples, pass_frontend=frontend_flag)
         rows.append(m)
         print(
-            f"{config.name}: {fmt(m.completed_qps, '.1f')} req/s of {m.target_qps:g}, "
+            f"{config.name}{f' #{repeat}' if args.repeats > 1 else ''}: {fmt(m.steady_qps, '.1f')} req/s of {m.target_qps:g} steady, "
             f"TTFT p99 {fmt(m.ttft_p99_ms, '.0f')} ms, in transit {fmt(m.in_transit_mean)} "
             f"(max {fmt(m.in_transit_max)}), {m.validity}, {m.wall_s:g} s"
             + (f" [{m.error}]" if m.error else ""),
             flush=True,
         )
-    rows = with_growth(rows)
+    order = {c: i for i, c in enumerate(configs)}
+    rows = sorted(
+        with_growth(rows),
+        key=lambda m: (order[Config(m.engines, m.frontend, m.stream_interval)], m.repeat),
+    )
     print()
     print(table(rows))
     if args.json:
