@@ -64,7 +64,7 @@ sys.path.insert(0, str(REPO))
 BENCHMARK = "llama3_1-8b"
 MEAN_INPUT = 870  # CNN/DailyMail's mean prompt length in Llama-3.1 tokens
 DATASET_SEED = 5
-SAMPLES_MARGIN = 1.1  # queries per run over target x duration (samples_for)
+SAMPLES_MARGIN_SD = 3.0  # queries per run over target x duration, in Poisson SDs (samples_for)
 FRONTENDS = ("shared", "per-engine")
 EXECUTOR = "bench.standin_engine.StandInExecutor"
 
@@ -152,7 +152,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--duration-s",
         type=float,
         default=60.0,
-        help="LoadGen's min_duration (a run issues ~1.1 x this at the target rate)",
+        help="LoadGen's min_duration (a run issues a little more: samples_for)",
     )
     p.add_argument("--model", type=Path, help="config folder (default: a config-only 8B)")
     p.add_argument("--max-model-len", type=int, default=4096)
@@ -254,9 +254,11 @@ def child_env() -> dict[str, str]:
 def samples_for(target_qps: float, duration_s: float) -> int:
     """The set's size, which is also the run's query count. LoadGen issues queries until both
     min_duration and min_query_count are met, then pads to whole passes over the loaded samples
-    (equal issue): a set of exactly target x duration is exceeded by Poisson arrivals half the
-    time, and the run then lasts two passes. 10% more is one pass of ~1.1 x duration."""
-    return max(1, math.ceil(target_qps * duration_s * SAMPLES_MARGIN))
+    (equal issue): when a set's arrivals all fall before min_duration, the run lasts a second
+    pass. Three standard deviations of the Poisson count over target x duration keep that rare
+    (0.1%); the run then issues ~(1 + 3 / sqrt(target x duration)) x duration's worth."""
+    expected = target_qps * duration_s
+    return max(1, math.ceil(expected + SAMPLES_MARGIN_SD * math.sqrt(expected)))
 
 
 def dataset_for(model: Path, samples: int, folder: Path) -> Path:
