@@ -196,6 +196,8 @@ def _wait_name(f: Frame) -> bool:
 
 
 IDLE_RULES: tuple[tuple[str, Callable[[Frame], bool]], ...] = (
+    # an engine core (TP 1) waiting for its step on the GPU: a CUDA event or stream sync
+    ("the GPU", lambda f: _in_package(f, "torch") and _last_name(f) == "synchronize"),
     ("selector", lambda f: _stdlib(f, "selectors.py") and "select" in f.function),
     ("lock or condition", _lock_wait),
     ("queue", lambda f: _stdlib(f, "queue.py") and _last_name(f) in {"get", "put", "join"}),
@@ -283,11 +285,24 @@ IDLE = "idle"
 CATEGORY_NAMES = (*(name for name, _ in (*CATEGORIES, *FALLBACKS)), OTHER)
 
 
+def own_frames(sample: Sample) -> tuple[Frame, ...]:
+    """The frames the sampled process runs itself: a forked child (vLLM's engine core under a
+    front-end worker) keeps its parent's frames below multiprocessing's `_bootstrap`, and those
+    would charge the child's work to whatever the parent was running when it forked."""
+    frames = tuple(sample.frames)
+    for i in range(len(frames) - 1, -1, -1):
+        f = frames[i]
+        if _stdlib(f, "multiprocessing/process.py") and _last_name(f) == "_bootstrap":
+            return frames[i + 1 :]
+    return frames
+
+
 def category(sample: Sample, skip: str = "") -> str:
     """The busy category of a sample (see CATEGORIES); with `skip`, the one it would have
     without that category's rule (whom asyncio's work was for)."""
+    frames = own_frames(sample)
     for rules in (CATEGORIES, FALLBACKS):
-        for frame in reversed(sample.frames):
+        for frame in reversed(frames):
             for name, claims in rules:
                 if name != skip and claims(frame, sample):
                     return name

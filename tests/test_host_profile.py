@@ -148,6 +148,27 @@ def test_rules_judge_each_stack_and_split_per_process(tmp_path):
     assert "front-end worker" in hp.table(record)
 
 
+def test_a_forked_engine_core_is_judged_by_its_own_frames(tmp_path):
+    """vLLM forks its engine core from a front-end worker: the child's stacks keep the worker's
+    frames (ours) below multiprocessing's _bootstrap. Its step is vLLM's, not ours, and a step
+    that waits for the GPU (a CUDA event's sync) is idle."""
+    root = _sources(tmp_path / "src")
+    vllm = f"{SITE}/vllm/v1/engine"
+    core = (
+        'process 100:"python -m harness.cli run";process 500:"VLLM::EngineCore";'
+        f"thread (500): MainThread;worker_main ({root}/sut/frontend.py:1);"
+        f"BaseProcess._bootstrap ({LIB}/multiprocessing/process.py:314);"
+        f"BaseProcess.run ({LIB}/multiprocessing/process.py:108);"
+        f"EngineCoreProc.run_engine_core ({vllm}/core.py:900);EngineCore.step ({vllm}/core.py:400)"
+    )
+    samples = rules.parse_raw(
+        f"{core};Scheduler.schedule ({SITE}/vllm/v1/core/sched/scheduler.py:300) 3\n"
+        f"{core};Event.synchronize ({SITE}/torch/cuda/streams.py:254) 9\n"
+    )
+    assert [rules.classify(s) for s in samples] == ["vLLM other", rules.IDLE]
+    assert rules.idle_reason(samples[1]) == "the GPU"
+
+
 def test_bad_input_gets_one_line(tmp_path, capsys):
     assert hp.main(["--out", str(tmp_path), "--requests", "5", "--pid", "1"]) == 2
     assert capsys.readouterr().err.strip().endswith("give both or neither")
