@@ -196,7 +196,11 @@ class EnginePool:
         per_engine = int(one.get("tensor_parallel_size") or 1) * int(
             one.get("pipeline_parallel_size") or 1
         )
-        devices = device_slices(engines, per_engine, visible_gpus() if gpu else None)
+        # vLLM's own executors take GPUs; a class of one's own (a stand-in engine) decides itself
+        own_executor = one.get("distributed_executor_backend") not in (None, "mp", "uni", "ray")
+        devices = device_slices(
+            engines, per_engine, visible_gpus() if gpu and not own_executor else None
+        )
         pool = cls(engines)
         pool.view = view
         ctx = multiprocessing.get_context("spawn")

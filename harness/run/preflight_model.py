@@ -90,10 +90,13 @@ def _text(value: Any) -> str | None:
 def local_devices_needed(engine_kwargs: Mapping[str, Any]) -> tuple[int, str] | None:
     """The GPUs the engine's workers take on this machine, and the layout in words; None for a
     layout that is not all on this machine (Ray, an external launcher, several nodes, one rank
-    of an externally balanced data-parallel deployment), which this check leaves alone."""
+    of an externally balanced data-parallel deployment) or whose executor is not vLLM's, which
+    this check leaves alone."""
     layout = layout_of(engine_kwargs)
     if layout.executor in {"ray", "external_launcher"} or layout.data_parallel_backend == "ray":
         return None
+    if layout.executor not in {None, "mp", "uni"}:  # an executor class of one's own (the
+        return None  # host-path bench's stand-in) decides which devices it takes, if any
     if positive_int(engine_kwargs.get("nnodes")) > 1:
         return None
     multi_node_dp = (
