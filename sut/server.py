@@ -70,7 +70,7 @@ from typing import Any
 import mlperf_loadgen as lg
 
 from sut.engine import SampleParams, describe_error, shutdown_engine, tokens_prompt
-from sut.engine_pool import DEFAULT_FRONTEND, EnginePool, FrontendError, check_frontend
+from sut.engine_pool import DEFAULT_FRONTEND, EnginePool, FrontendError, resolve_frontend
 from sut.engine_stats import WARMUP_PREFIX
 from sut.ledger import Ledger
 from sut.lifecycle import DEFAULT_STOP_TIMEOUT_S, EngineStartTimeout, EngineSUT
@@ -210,8 +210,8 @@ class ServerSUT(EngineSUT):
         `output_lengths[i]`: sample index i's `max_tokens` (sut.engine.SampleParams).
         `dp_routing`: with data_parallel_size > 1, "ours" (sut.routing) or "vllm".
         `frontend`: "shared" (one AsyncLLM in this process over every engine, vLLM's own
-        data-parallel layout) or "per-engine" (one front-end process per engine,
-        sut.engine_pool; our router picks the engine)."""
+        data-parallel layout), "per-engine" (one front-end process per engine,
+        sut.engine_pool; our router picks the engine) or "auto" (sut.engine_pool's choice)."""
         from sut.engine import EngineConfig, create_async_engine, make_sampling_params
 
         defaults = dict(SERVER_ENGINE_DEFAULTS)
@@ -226,13 +226,13 @@ class ServerSUT(EngineSUT):
         config = EngineConfig(engine_config.model, {**defaults, **dict(engine_config.kwargs)})
         params = make_sampling_params(**dict(sampling), stream=not final_only)
         factory: Callable[[], Any]
-        if check_frontend(frontend) == "per-engine":
+        engines = int(config.kwargs.get("data_parallel_size") or 1)
+        if resolve_frontend(frontend, config.kwargs, dp_routing) == "per-engine":
             if dp_routing != "ours":
                 raise FrontendError(
                     "--frontend per-engine routes with our router: --dp-routing vllm needs "
                     "--frontend shared (vLLM's balancer lives in the one shared front end)"
                 )
-            engines = int(config.kwargs.get("data_parallel_size") or 1)
 
             def factory() -> Any:
                 return EnginePool.start(

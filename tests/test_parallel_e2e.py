@@ -1,9 +1,11 @@
-"""vLLM's own data parallelism behind one LoadGen SUT, on the CPU build, with our router choosing
+"""Data-parallel engines behind one LoadGen SUT, on the CPU build, with our router choosing
 each request's engine (sut/routing.py).
 
-- Offline, --data-parallel-size 2: goes through AsyncLLM (vllm.LLM refuses DP in one process),
-  answers every sample from final outputs only and records the parallel sizes it ran with.
-- Server, --data-parallel-size 2: a stream of arrivals, every request streamed.
+- Offline, --data-parallel-size 2: goes through the streaming SUT (vllm.LLM refuses DP in one
+  process) with a front-end process per engine (auto's choice, sut/engine_pool.py), answers
+  every sample from final outputs only and records the parallel sizes it ran with.
+- Server, --data-parallel-size 2, --frontend shared: vLLM's own layout, one AsyncLLM over two
+  engine cores; a stream of arrivals, every request streamed.
 In both, the engine our router chose is the one that served the request, by the engine side's own
 account: vLLM's engine cores stamp their index on what they return, and with --engine-stats the
 SUT counts, per index, the requests they finished and their prompt tokens (`engine_served`),
@@ -72,6 +74,8 @@ def test_offline_data_parallel_2_is_valid_and_recorded(tiny_model, tiny_dataset,
     )
     assert result["engine_args"]["data_parallel_size"] == 2
     assert result["sut_options"]["dp_routing"] == "ours"
+    # auto's choice for two local engines we route: a front-end process each
+    assert result["sut_options"]["frontend"] == "per-engine"
     perf = result["performance"]
     assert perf["validity"] == "VALID", perf
     stats = result["sut_stats"]
@@ -105,7 +109,10 @@ def test_server_data_parallel_2_routes_each_request_to_the_engine_that_serves_it
         tiny_dataset,
         out,
         conf,
-        *("--max-tokens", "16", "--profile", "4@2"),
+        # the shared front end (vLLM's own layout, one AsyncLLM over both cores): the
+        # per-engine one, auto's choice here, runs in the Offline test above and in
+        # tests/test_frontend_e2e.py
+        *("--max-tokens", "16", "--profile", "4@2", "--frontend", "shared"),
         scenario="Server",
     )
     # the layout reached the engine as asked: two engine cores, each of one GPU's worth

@@ -28,6 +28,7 @@ from harness.run.spec import MODES, RunSpec
 from harness.run.user_conf import ignored_lines
 from harness.run.weights import check_model_weights
 from sut.engine import EngineConfig
+from sut.engine_pool import placed_by_vllm
 from sut.routing import PER_NODE_BALANCING
 
 
@@ -65,13 +66,19 @@ def check_sut_options(req: Any) -> None:
             f"--dp-routing ours needs one front end over every data-parallel engine, and "
             f"{per_node_lb[0]} balances per node: add --dp-routing vllm"
         )
+    if req.frontend == "per-engine" and dp > 1 and placed_by_vllm(req.engine_overrides):
+        raise UsageError(
+            "--frontend per-engine starts each engine on this machine by itself, and this "
+            "data-parallel layout is placed by vLLM (Ray, several nodes or their ranks): drop "
+            "--frontend per-engine"
+        )
     if req.frontend == "per-engine" and req.dp_routing != "ours":
         raise UsageError(
             "--frontend per-engine sends each request to an engine with our router: drop "
             "--dp-routing vllm, or use --frontend shared to compare with vLLM's balancer"
         )
     if req.offline_order != "arrival" and (
-        req.scenario != "Offline" or dp > 1 or req.frontend != "shared"
+        req.scenario != "Offline" or dp > 1 or req.frontend_in_use != "shared"
     ):
         raise UsageError(
             "--offline-order applies to Offline on one engine (data_parallel_size 1): drop it "

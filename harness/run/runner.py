@@ -184,7 +184,9 @@ def _check_engine(req: RunSpec, engine_config: EngineConfig) -> dict[str, Any] |
     try:
         check_engine_config(
             engine_config,
-            async_engine=not uses_offline_sut(req.scenario, engine_config.kwargs, req.frontend),
+            async_engine=not uses_offline_sut(
+                req.scenario, engine_config.kwargs, req.frontend_in_use
+            ),
         )
     except EngineArgError as exc:
         raise UsageError(str(exc)) from None
@@ -245,7 +247,7 @@ def sut_options(prep: PreparedRun) -> dict[str, Any]:
     out: dict[str, Any] = {"offline_order": req.offline_order, "warmup_samples": req.warmup_samples}
     if int(prep.engine_config.kwargs.get("data_parallel_size") or 1) > 1:
         out["dp_routing"] = req.dp_routing
-    out["frontend"] = req.frontend
+    out["frontend"] = req.frontend_in_use
     if req.profile:  # a profiled run's figures carry the profiler's cost
         out["profile"] = parse_window(req.profile).spec()
     if lengths:

@@ -93,7 +93,7 @@ def build_sut(prep: Any) -> Any:
         "output_lengths": prep.output_lengths,
     }
     args = (prep.engine_config, prep.dataset.prompts, prep.sampling)
-    if uses_offline_sut(scenario, prep.engine_config.kwargs, req.frontend):
+    if uses_offline_sut(scenario, prep.engine_config.kwargs, req.frontend_in_use):
         from sut.offline import OfflineSUT
 
         return OfflineSUT.create(*args, order=req.offline_order, **common)
@@ -107,7 +107,7 @@ def build_sut(prep: Any) -> Any:
         final_only=scenario == "Offline",  # no per-token outputs, no first-token reports
         engine_stats=req.engine_stats,
         dp_routing=req.dp_routing,
-        frontend=req.frontend,
+        frontend=req.frontend_in_use,
         **common,
     )
 

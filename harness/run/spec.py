@@ -21,7 +21,7 @@ from typing import Any
 
 from harness.benchmarks import SCENARIOS, scenario_name
 from harness.errors import UsageError, did_you_mean
-from sut.engine_pool import DEFAULT_FRONTEND, FRONTENDS
+from sut.engine_pool import DEFAULT_FRONTEND, FRONTENDS, resolve_frontend
 from sut.lifecycle import DEFAULT_ENGINE_START_TIMEOUT_S, DEFAULT_STALL_TIMEOUT_S
 from sut.routing import DEFAULT_ROUTING, ROUTINGS
 
@@ -161,11 +161,12 @@ class RunSpec:
     frontend: str = opt(
         DEFAULT_FRONTEND,
         choices=FRONTENDS,
-        help="Server/Interactive, and Offline through the streaming SUT: where vLLM's front end "
-        "runs: shared (one AsyncLLM in the SUT's process over every data-parallel engine, "
-        "vLLM's own layout) or per-engine (one front-end process per engine, our router and "
-        "LoadGen's ledger in the SUT's process; sut/engine_pool.py): every streamed token is "
-        "then processed beside its engine, not in the process LoadGen calls",
+        help="where vLLM's front end runs: shared (one AsyncLLM in the SUT's process over every "
+        "data-parallel engine, vLLM's own layout), per-engine (one front-end process per "
+        "engine, our router and LoadGen's ledger in the SUT's process, sut/engine_pool.py: "
+        "every streamed token is processed beside its engine, not in the process LoadGen "
+        "calls), or auto (per-engine with --data-parallel-size > 1 and --dp-routing ours, "
+        "else shared)",
     )
     engine_stats: bool = opt(
         False,
@@ -263,6 +264,11 @@ class RunSpec:
         """vLLM's engine kwargs the run sets: its engine flags and --engine-arg pairs typed by
         vLLM, the parallel sizes, and the prefill policy's scheduler."""
         return _engine_overrides(self)
+
+    @property
+    def frontend_in_use(self) -> str:
+        """--frontend as it applies to this run (`auto` resolved: sut.engine_pool)."""
+        return resolve_frontend(self.frontend, self.engine_overrides, self.dp_routing)
 
     @property
     def loadgen_overrides(self) -> dict[str, float]:
