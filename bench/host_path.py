@@ -20,9 +20,9 @@ configuration it reports:
 - TTFT p99 growth: against the 1-engine run of the same frontend and stream_interval at the same
   per-engine rate (the engines' part is identical per engine, so the growth is the host path's;
   with --repeats N, against the median of its N runs: a shared machine's hiccup moves one run);
-- in transit, mean and max over the issue span: requests inside our SUT's engine count but in no
-  vLLM scheduler's running or waiting queue (timeline.json: in_engine - running - waiting at the
-  same instants), i.e. on their way between our process and the engine cores, either way;
+- in transit, mean and max over the run's steady part: requests inside our SUT's engine count but
+  in no vLLM scheduler's running or waiting queue (result.json `performance.in_transit`), i.e. on
+  their way between our process and the engine cores, either way;
 - LoadGen's validity and whether the backlog kept up (the run's sustained-rate verdict; "-" when
   the steady part is shorter than three median latencies: at 128 tokens of 70 ms steps that
   needs --duration-s of ~60 or more).
@@ -347,19 +347,13 @@ def run_argv(
     return argv + list(args.run_arg)
 
 
-def in_transit(timeline: dict[str, Any]) -> tuple[float | None, int | None]:
-    """Mean and max of in_engine - running - waiting over the rows up to the last issue (the drain
-    after it empties every queue and would dilute the mean). None without engine stats."""
-    rows = [r for r in timeline.get("series", []) if "running" in r]
-    if not rows:
-        return None, None
-    last_issued = max(r["issued"] for r in rows)
-    span = []
-    for r in rows:
-        span.append(r["in_engine"] - r["running"] - r["waiting"])
-        if r["issued"] >= last_issued:
-            break
-    return round(statistics.fmean(span), 1), max(span)
+def in_transit(perf: dict[str, Any]) -> tuple[float | None, int | None]:
+    """Mean and max of the requests in transit over the run's steady part, as the run itself
+    records them (result.json `performance.in_transit`, harness/run/host_path.py: one definition
+    for the run's table, its picture and this bench). None without engine stats."""
+    summary = perf.get("in_transit") or {}
+    mean, peak = summary.get("mean_in_transit"), summary.get("max_in_transit")
+    return (None if mean is None else round(float(mean), 1)), (None if peak is None else int(peak))
 
 
 def ns_to_ms(metrics: dict[str, Any], key: str) -> float | None:
@@ -404,9 +398,7 @@ def measure(
     perf = result.get("performance") or {}
     metrics = perf.get("metrics") or {}
     stats = result.get("sut_stats") or {}
-    timeline_path = out / "timeline.json"
-    timeline = json.loads(timeline_path.read_text()) if timeline_path.exists() else {}
-    transit_mean, transit_max = in_transit(timeline)
+    transit_mean, transit_max = in_transit(perf)
     sustained = perf.get("sustained") or {}
     return Measurement(
         engines=config.engines,
