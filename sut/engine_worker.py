@@ -28,18 +28,12 @@ import signal
 import sys
 from typing import Any
 
+from sut.engine import describe_error as describe
+
 FIRST = 0
 DONE = 1
 FAILED = 2
 TICK_S = 0.5  # how often stats and a sign of progress go to the SUT's process
-
-
-def describe(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}".rstrip(": ")
-    cause = exc.__cause__ or exc.__context__
-    if cause is not None and cause is not exc:
-        text += f" (caused by {type(cause).__name__}: {cause})"
-    return text
 
 
 class Worker:
