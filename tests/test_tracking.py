@@ -98,6 +98,16 @@ def test_kept_up_is_a_metric_when_judged_and_always_a_tag(kept_up, metric, tag):
     assert kept_up_tag(perf) == tag
 
 
+def test_the_host_path_is_logged_when_the_run_measured_it():
+    perf = {
+        "validity": "VALID",
+        "in_transit": {"mean_in_transit": 32.2, "max_in_transit": 105, "share_of_in_flight": 0.015},
+    }
+    m = tracking.performance_metrics(perf)
+    assert (m["in_transit_mean"], m["in_transit_max"], m["in_transit_share"]) == (32.2, 105, 0.015)
+    assert "in_transit_mean" not in tracking.performance_metrics({"validity": "VALID"})
+
+
 def test_unreachable_server_is_a_clear_error_in_seconds():
     uri = f"http://127.0.0.1:{free_port()}"
     t0 = time.monotonic()

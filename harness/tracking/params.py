@@ -112,6 +112,15 @@ def performance_metrics(perf: Mapping[str, Any]) -> dict[str, float]:
     kept_up = (perf.get("sustained") or {}).get("kept_up")
     if kept_up is not None:  # the project's verdict beside LoadGen's; absent when not judged
         m["kept_up"] = 1.0 if kept_up else 0.0
+    transit = perf.get("in_transit") or {}  # the host path (with engine stats): in no scheduler
+    for key, name in (
+        ("mean_in_transit", "in_transit_mean"),
+        ("max_in_transit", "in_transit_max"),
+        ("share_of_in_flight", "in_transit_share"),
+    ):
+        v = _number(transit.get(key))
+        if v is not None:
+            m[name] = v
     raw = perf.get("metrics") or {}
     for pct, short in _PERCENTILES.items():
         for prefix, name in (
