@@ -50,6 +50,7 @@ import argparse
 import json
 import math
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -376,7 +377,7 @@ def measure(
     conf = user_conf(folder / "user.conf", target, args.duration_s, samples)
     out = folder / "run"
     argv = run_argv(args, config, model, dataset, conf, out, pass_frontend)
-    (folder / "command.txt").write_text(" ".join(argv) + "\n")
+    (folder / "command.txt").write_text(shlex.join(argv) + "\n")  # as a shell takes it back
     timeout = args.timeout_s or 3 * args.duration_s + 300
     started = time.perf_counter()
     error = ""
