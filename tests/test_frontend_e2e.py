@@ -11,7 +11,7 @@
   every sample answered; the front-end process itself killed ends it with a line that names
   it. Nothing of any run is left: no process, no shared-memory segment.
 
-Time budget: ~150 s: one two-engine run, three one-engine runs ended within seconds.
+Time budget: 240 s: one two-engine run, three one-engine runs ended within seconds.
 """
 
 from __future__ import annotations

@@ -27,6 +27,7 @@ def test_one_standin_engine_serves_every_sample_at_its_step_time(tmp_path):
     out = tmp_path / "hp.json"
     proc = subprocess.run(
         [sys.executable, "bench/host_path.py", "--engines", "1", "--stream-intervals", "1"]
+        + ["--frontends", "shared"]
         + ["--rate-per-engine", str(RATE), "--step-ms", str(STEP_MS), "--max-num-seqs", "64"]
         + ["--max-num-batched-tokens", str(CHUNK), "--max-tokens", str(MAX_TOKENS)]
         + ["--duration-s", str(DURATION_S), "--out", str(tmp_path / "runs"), "--json", str(out)],

@@ -72,6 +72,7 @@ def test_longest_first_warm_up_and_cost(tiny_model, tiny_dataset, tmp_path):
     assert result["sut_options"] == {
         "offline_order": "longest-first",
         "warmup_samples": 3,
+        "frontend": "shared",
         "profile": "3@2",
     }
     # the profiled window: three steps of one rank, read back from vLLM's trace
