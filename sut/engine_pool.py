@@ -299,7 +299,8 @@ class EnginePool:
             self._next_rank = (rank + 1) % self.engines
         stream = _Stream(rank)
         self._streams[request_id] = stream
-        prompt_ids = list(prompt["prompt_token_ids"])
+        # the caller's own list (the SUT builds one per request): pickled as it is, not copied
+        prompt_ids = prompt["prompt_token_ids"]
         self._post(rank, (request_id, prompt_ids, getattr(params, "max_tokens", None)))
         finished = False
         loop = self._loop or asyncio.get_running_loop()
