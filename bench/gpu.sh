@@ -660,6 +660,47 @@ PY
       python3 bench/host_path.py "${hb[@]}" --out "${TMPDIR:-/tmp}/host-path" \
         --json "$base/host_path.json" 2>&1 | tee "$base/host_path.log"
     fi ;;
+  step-8b)  # one GPU (the 8B engine step), runs one after another, each in $OUT/<name>, the
+    # engine lines of LINES (user_confs/engines/h200): 1. Offline on OFFLINE_N (2,000) prompts:
+    # the line, the line with --linear-backend torch, the line profiled (PROF_OFF steps@skip,
+    # 20@150); R = the first one's samples/s; 2. Server at SERVER_FRAC (0.94) x R and
+    # Interactive at INTERACTIVE_FRAC (0.85) x R for STEP_MS (120,000) each, profiled
+    # (PROF_SERVER 30@1000, PROF_INTERACTIVE 30@2000), engine stats on; 3. Server at LEVER_FRAC
+    # (0.96) x R on the line, with 768 sequences (graphs to 768), and with the prefill capped
+    # at 16,384 tokens a step (16384x4), STEP_MS each. STEPS picks and orders the runs.
+    shift; base=$OUT; line=${LINES:-user_confs/engines/h200}; step_ms=${STEP_MS:-120000}
+    rate() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['performance']['samples_per_second'])" \
+      "$base/off_base/run_8b_fp8_base_result.json" 2>/dev/null; }
+    at() { python3 -c "import sys; print(round(float(sys.argv[1]) * float(sys.argv[2]), 2))" "$1" "$2"; }
+    for step in ${STEPS:-off_base off_torch off_prof srv_prof int_prof srv_base srv_seqs768 srv_cap16k}; do
+      echo "step-8b: $step ($(date +%T))"
+      r=$(rate); if [ -z "$r" ] && [ "$step" != off_base ] && [[ $step != off_* ]]; then
+        echo "step-8b: no Offline rate (off_base): skipping $step"; continue; fi
+      case $step in
+        off_base) OUT=$base/$step SAMPLES=${OFFLINE_N:-2000} bash bench/gpu.sh offline-n base \
+                    --engine-line "$line" ;;
+        off_torch) OUT=$base/$step SAMPLES=${OFFLINE_N:-2000} bash bench/gpu.sh offline-n torch \
+                    --engine-line "$line" --engine-arg linear_backend=torch ;;
+        off_prof) OUT=$base/$step SAMPLES=${OFFLINE_N:-2000} bash bench/gpu.sh offline-n prof \
+                    --engine-line "$line" --profile "${PROF_OFF:-20@150}" ;;
+        srv_prof) OUT=$base/$step CONFIRM_MS=$step_ms bash bench/gpu.sh confirm Server \
+                    "$(at "$r" "${SERVER_FRAC:-0.94}")" - --engine-line "$line" --engine-stats \
+                    --profile "${PROF_SERVER:-30@1000}" ;;
+        int_prof) OUT=$base/$step CONFIRM_MS=$step_ms bash bench/gpu.sh confirm Interactive \
+                    "$(at "$r" "${INTERACTIVE_FRAC:-0.85}")" - --engine-line "$line" --engine-stats \
+                    --profile "${PROF_INTERACTIVE:-30@2000}" ;;
+        srv_base) OUT=$base/$step CONFIRM_MS=$step_ms bash bench/gpu.sh confirm Server \
+                    "$(at "$r" "${LEVER_FRAC:-0.96}")" - --engine-line "$line" --engine-stats ;;
+        srv_seqs768) OUT=$base/$step CONFIRM_MS=$step_ms bash bench/gpu.sh confirm Server \
+                    "$(at "$r" "${LEVER_FRAC:-0.96}")" - --engine-line "$line" --engine-stats \
+                    --engine-arg max_num_seqs=768 \
+                    --engine-arg 'compilation_config={"max_cudagraph_capture_size":768}' ;;
+        srv_cap16k) OUT=$base/$step CONFIRM_MS=$step_ms bash bench/gpu.sh confirm Server \
+                    "$(at "$r" "${LEVER_FRAC:-0.96}")" 16384x4 --engine-line "$line" --engine-stats ;;
+        *) echo "step-8b: unknown step $step" ;;
+      esac
+      echo "step-8b: $step done, exit $? ($(date +%T))"
+    done ;;
   dp-8b-rounds)
     shift; sq=${1:?Server QPS}; iq=${2:?Interactive QPS}; base=$OUT
     for round in "Server $sq" "Interactive $iq"; do
