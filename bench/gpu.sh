@@ -68,6 +68,9 @@
 #   bench/gpu.sh host-dp4  (4 GPUs) the host path: one engine's Offline per GPU, then Server on DP 4
 #                          at 0.96 of it behind --frontend per-engine for 600 s, its process tree
 #                          profiled, then the stand-in host-path bench on the CPUs (the part's header)
+#   bench/gpu.sh step-8b   (one GPU) the 8B engine step: Offline with the line, with linear_backend=torch
+#                          and profiled, then Server 0.94 / Interactive 0.85 profiled and Server levers at
+#                          0.96 (768 sequences, a 16k prefill cap), one after another (the part's header)
 #   bench/gpu.sh all       offline + server
 #   bench/gpu.sh probe     vLLM's own defaults (scheduler, compilation, fusion passes) as JSON
 #   bench/gpu.sh tune NAME [KEY=VALUE ...]   one engine config, FP8 + FP8 KV: a cold pass, then
