@@ -60,7 +60,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from harness.run.child import ChildRun, run_in_child  # noqa: E402
-from sut.engine_pool import FRONTENDS  # noqa: E402
+from sut.frontend import FRONTENDS  # noqa: E402
 
 BENCHMARK = "llama3_1-8b"
 MEAN_INPUT = 870  # CNN/DailyMail's mean prompt length in Llama-3.1 tokens

@@ -19,13 +19,7 @@ import ijson
 import numpy as np
 
 from evaluation.errors import EvaluationError
-
-# Explicit little-endian: LoadGen copies the SUT's buffer verbatim, and every platform the
-# benchmarks run on is little-endian; the reference scripts use numpy's native order.
-TOKEN_DTYPES: dict[str, np.dtype] = {
-    "int32": np.dtype("<i4"),
-    "int64": np.dtype("<i8"),
-}
+from evaluation.token_types import TOKEN_DTYPES
 
 
 @dataclass(frozen=True)
@@ -39,7 +33,7 @@ class LoggedSample:
 def token_dtype(name: str) -> np.dtype:
     """The numpy dtype for a ``--dtype`` name, or an EvaluationError naming the choices."""
     try:
-        return TOKEN_DTYPES[name]
+        return np.dtype(TOKEN_DTYPES[name])
     except KeyError:
         known = ", ".join(TOKEN_DTYPES)
         raise EvaluationError(

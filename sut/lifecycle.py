@@ -22,8 +22,6 @@ from sut.stats import SUTStats
 
 log = logging.getLogger(__name__)
 
-DEFAULT_STALL_TIMEOUT_S = 300.0  # since the last token while samples are in flight
-DEFAULT_ENGINE_START_TIMEOUT_S = 3600.0  # a cold multi-node 405B load can take many minutes
 DEFAULT_STOP_TIMEOUT_S = 60.0
 # After an interrupt the engine gets as long as vLLM's own process manager gives it (SIGTERM,
 # then SIGKILL after 5 s): the user asked to stop, not to drain.

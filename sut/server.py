@@ -70,8 +70,9 @@ from typing import Any
 import mlperf_loadgen as lg
 
 from sut.engine import SampleParams, describe_error, shutdown_engine, tokens_prompt
-from sut.engine_pool import DEFAULT_FRONTEND, EnginePool, FrontendError, resolve_frontend
+from sut.engine_pool import EnginePool
 from sut.engine_stats import WARMUP_PREFIX
+from sut.frontend import DEFAULT_FRONTEND, FrontendError, resolve_frontend
 from sut.ledger import Ledger
 from sut.lifecycle import DEFAULT_STOP_TIMEOUT_S, EngineStartTimeout, EngineSUT
 from sut.progress import Progress

@@ -6,13 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from sut.engine_pool import (
-    FrontendError,
-    _own_profile_dir,
-    device_slices,
-    replica_kwargs,
-    resolve_frontend,
-)
+from sut.engine_pool import _own_profile_dir, device_slices, replica_kwargs
+from sut.frontend import FrontendError, resolve_frontend
 
 
 @pytest.mark.parametrize(

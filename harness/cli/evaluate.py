@@ -9,7 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from evaluation.accuracy_log import TOKEN_DTYPES
+from evaluation.token_types import TOKEN_DTYPES
 from harness.cli.common import EXIT_ERROR, strict_code
 from harness.cli.flags import (
     accuracy_level_of,

@@ -28,7 +28,7 @@ from harness.run.spec import MODES, RunSpec
 from harness.run.user_conf import ignored_lines
 from harness.run.weights import check_model_weights
 from sut.engine import EngineConfig
-from sut.engine_pool import placed_by_vllm
+from sut.frontend import placed_by_vllm
 from sut.routing import PER_NODE_BALANCING
 
 

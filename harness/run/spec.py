@@ -21,8 +21,7 @@ from typing import Any
 
 from harness.benchmarks import SCENARIOS, scenario_name
 from harness.errors import UsageError, did_you_mean
-from sut.engine_pool import DEFAULT_FRONTEND, FRONTENDS, resolve_frontend
-from sut.lifecycle import DEFAULT_ENGINE_START_TIMEOUT_S, DEFAULT_STALL_TIMEOUT_S
+from sut.frontend import DEFAULT_FRONTEND, FRONTENDS, resolve_frontend
 from sut.routing import DEFAULT_ROUTING, ROUTINGS
 
 MODES = ("performance", "accuracy", "both")
@@ -34,6 +33,10 @@ LOADGEN_FIELDS = {
     "min_duration": "min_duration_s",
     "min_query_count": "min_query_count",
 }
+
+# sut.lifecycle takes these as arguments; declared here, where the flags are.
+DEFAULT_STALL_TIMEOUT_S = 300.0  # since the last token while samples are in flight
+DEFAULT_ENGINE_START_TIMEOUT_S = 3600.0  # a cold multi-node 405B load can take many minutes
 
 _OPT = "run_option"  # the field metadata key of a field's flag
 
@@ -267,7 +270,7 @@ class RunSpec:
 
     @property
     def frontend_in_use(self) -> str:
-        """--frontend as it applies to this run (`auto` resolved: sut.engine_pool)."""
+        """--frontend as it applies to this run (`auto` resolved: sut.frontend)."""
         return resolve_frontend(self.frontend, self.engine_overrides, self.dp_routing)
 
     @property
