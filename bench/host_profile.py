@@ -83,7 +83,7 @@ SCHEMA_VERSION = 1
 
 def load_from_result(run_dir: Path, window_s: float) -> Load | None:
     """The run's completed rates times the window (None when the run wrote no performance)."""
-    from harness.run.result import RESULT_FILE, RunResult
+    from harness.run.record.result import RESULT_FILE, RunResult
 
     result = RunResult.read(run_dir / RESULT_FILE)
     perf = result.performance if result is not None else None

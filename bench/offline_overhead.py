@@ -99,7 +99,7 @@ def main() -> None:
     import mlperf_loadgen as lg
     from vllm.inputs import TokensPrompt
 
-    from harness.run.settings import build_log_settings
+    from harness.run.setup.settings import build_log_settings
     from sut.engine import (
         create_llm,
         make_engine_config,

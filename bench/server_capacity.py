@@ -1,7 +1,7 @@
 """Server / Interactive capacity: the highest target QPS a Server SUT sustains within the limits.
 
 One engine, many LoadGen tests (harness.calibrate.trials.TrialEngine), each judged by the project's one
-rule (harness.run.timeline.judge_trial): p99 TTFT and TPOT within the limits, early stopping
+rule (harness.run.record.timeline.judge_trial): p99 TTFT and TPOT within the limits, early stopping
 where judgeable, and the engine keeping up over the trial's steady part (completions keep pace
 with issues, the backlog does not grow). An Offline test on the same engine gives the ceiling:
 no Server target above the engine's Offline samples/s is sustainable, so the search never tries
@@ -76,8 +76,8 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
 def start_engine(args, work: Path, overrides: dict, logs: Path | None = None):
     """prepare() the run the arguments describe and start its one engine: (TrialEngine, prep)."""
     from harness.calibrate.trials import TrialEngine
-    from harness.run.runner import prepare
-    from harness.run.spec import RunSpec
+    from harness.run.execute.runner import prepare
+    from harness.run.setup.spec import RunSpec
     from sut.engine import engine_arg_pairs
 
     model, data = _dataset(args, work)

@@ -6,7 +6,7 @@ what differs is only what sits in front of it: on the raw side an arrival loop t
 calls `generate` and reads the DELTA stream, on the other LoadGen's issue thread, our SUT and
 its reports to LoadGen. Every rate runs both sides back to back (the SUT first, see below),
 and each is judged by the project's one sustained-rate rule
-(harness.run.timeline: p99 TTFT and TPOT within the scenario's limits and the backlog not
+(harness.run.record.timeline: p99 TTFT and TPOT within the scenario's limits and the backlog not
 growing over the steady part).
 
 Where both sides run at a rate, the SUT goes first and the raw side then replays LoadGen's own
@@ -137,7 +137,7 @@ async def poisson_stream(
 
 
 def judge(samples, gauges, qps, ttft_ms, tpot_ms, p99s=None) -> dict[str, Any]:
-    from harness.run.timeline import judge_sustained
+    from harness.run.record.timeline import judge_sustained
 
     verdict = judge_sustained(samples, gauges, qps)
     lat = latency_stats(samples)

@@ -38,7 +38,7 @@ no TTFT).
 What a run looked like (`timeline()`): per sample its issue, first-token and completion times
 and its token count, plus a gauge sampled twice a second of samples issued, completed and inside
 the engine. The harness turns these into the backlog-over-time picture and the sustained-rate
-verdict (harness/run/timeline.py): a Server run can meet its p99 limits early and still be
+verdict (harness/run/record/timeline.py): a Server run can meet its p99 limits early and still be
 falling behind, which only the backlog's trend shows. Recording costs two clock reads and one
 tuple per sample.
 

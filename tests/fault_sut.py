@@ -129,9 +129,9 @@ def _settings(lg, streaming: bool):
 def main(case: str, out: Path) -> None:
     import mlperf_loadgen as lg
 
-    from harness.run.engine_log import EngineStartLog
-    from harness.run.loadgen_call import EngineFailure, run_loadgen_test
-    from harness.run.settings import build_log_settings
+    from harness.run.execute.loadgen_call import EngineFailure, run_loadgen_test
+    from harness.run.record.engine_log import EngineStartLog
+    from harness.run.setup.settings import build_log_settings
     from sut import responses
     from sut.qsl import TokenQSL
 

@@ -225,8 +225,8 @@ def test_a_capacity_repeat_reads_its_calibration_record(tmp_path):
     a file that is no record leaves the repeat failed, naming the file."""
     import json
 
-    from harness.run.child import ChildOutcome, ChildRun
-    from harness.run.spec import RunSpec
+    from harness.run.execute.child import ChildOutcome, ChildRun
+    from harness.run.setup.spec import RunSpec
     from harness.sweep.repeat import capacity_outcome
 
     spec = RunSpec(

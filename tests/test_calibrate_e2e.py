@@ -21,7 +21,7 @@ import re
 
 import pytest
 
-from harness.run.settings import whole_passes
+from harness.run.setup.settings import whole_passes
 from tests.conftest import cli
 
 pytestmark = pytest.mark.e2e

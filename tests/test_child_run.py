@@ -1,4 +1,4 @@
-"""The one door for child runs (harness.run.child), without an engine: a child runs its RunSpec
+"""The one door for child runs (harness.run.execute.child), without an engine: a child runs its RunSpec
 (tests/test_run_spec.py reads every field back), a calibrate child hands its run flags to each
 trial, and a child that fails or runs past its limit comes back as one line. Real child processes; an engine-starting child runs in test_calibrate_e2e.py and
 test_sweep_e2e.py."""
@@ -11,9 +11,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from harness.run.child import ChildRun, run_in_child
-from harness.run.result import RESULT_FILE
-from harness.run.spec import RunSpec
+from harness.run.execute.child import ChildRun, run_in_child
+from harness.run.record.result import RESULT_FILE
+from harness.run.setup.spec import RunSpec
 
 
 def _spec(tmp_path: Path, **fields: Any) -> RunSpec:
@@ -127,4 +127,4 @@ def test_only_the_door_builds_child_runs():
         for p in sorted((repo / package).rglob("*.py"))
         if starts.search(p.read_text())
     ]
-    assert spelled == ["harness/run/child.py"], spelled
+    assert spelled == ["harness/run/execute/child.py"], spelled

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.run.cost import add_cost, usd_per_million_tokens
-from harness.run.summary import result_rows
+from harness.run.record.cost import add_cost, usd_per_million_tokens
+from harness.run.record.summary import result_rows
 from harness.tracking import performance_metrics
 
 

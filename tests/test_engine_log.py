@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parents[1]
 SCRIPT = textwrap.dedent(
     """
     import logging, sys
-    from harness.run.engine_log import hold_vllm_import_lines, route_vllm_logger
+    from harness.run.record.engine_log import hold_vllm_import_lines, route_vllm_logger
     if sys.argv[2] == "hold":
         hold_vllm_import_lines()
     vllm = logging.getLogger("vllm")

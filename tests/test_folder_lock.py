@@ -14,7 +14,7 @@ import pytest
 
 from harness.errors import UsageError
 from harness.folder_lock import LOCK_NAME, acquire, one_writer
-from harness.run.engine_log import root_cause
+from harness.run.record.engine_log import root_cause
 from tests.conftest import REPO
 
 HOLD = textwrap.dedent(

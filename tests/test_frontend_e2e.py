@@ -25,7 +25,7 @@ import time
 import psutil
 import pytest
 
-from harness.run.timeline import TIMELINE_JSON
+from harness.run.record.timeline import TIMELINE_JSON
 from sut.reaper import engine_segments
 from tests.conftest import cli, run_args
 from tests.procs import (

@@ -27,7 +27,7 @@ def _sources(root: Path) -> Path:
     files = {
         "sut/responses.py": "import mlperf_loadgen as lg\n\nlg.QuerySamplesComplete(responses)\n",
         "sut/server.py": "\n" * 9 + "out = await gen\n" + "\n" + "ids.extend(out.token_ids)\n",
-        "harness/run/loadgen_call.py": "\nlg.StartTestWithLogSettings(sut.handle, qsl.handle)\n",
+        "harness/run/execute/loadgen_call.py": "\nlg.StartTestWithLogSettings(sut.handle, qsl.handle)\n",
         "harness/proc/orphans.py": "time.sleep(poll_s)\n",
         "sut/frontend.py": "outputs = processor.process_outputs(outs)\n",
     }
@@ -42,7 +42,7 @@ def _raw(root: Path) -> str:
     loop = f"{main};thread (101): server-sut-loop;Thread.run ({LIB}/threading.py:982)"
     step = f"{loop};BaseEventLoop._run_once ({LIB}/asyncio/base_events.py:1922)"
     handle = f"{step};Handle._run ({LIB}/asyncio/events.py:80)"
-    lgt = f"{main};thread (102): loadgen-test;target ({root}/harness/run/loadgen_call.py:2)"
+    lgt = f"{main};thread (102): loadgen-test;target ({root}/harness/run/execute/loadgen_call.py:2)"
     core = f'{main};process 300:"VLLM::EngineCore_DP0";thread (300): MainThread'
     spawn = "python -B -c from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=4)"
     fe = f'{main};process 400:"{spawn}";thread (400): MainThread;<module> (<string>:1)'

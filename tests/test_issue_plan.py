@@ -17,7 +17,7 @@ from tests.conftest import REPO
 _RUN = textwrap.dedent("""
     import json, sys
     import mlperf_loadgen as lg
-    from harness.run.settings import issue_plan
+    from harness.run.setup.settings import issue_plan
 
     scenario, qps, min_ms, min_queries, loaded, equal, outdir, seed = sys.argv[1:9]
     qps, loaded = float(qps), int(loaded)
@@ -124,7 +124,7 @@ def test_plan_line_names_the_passes_and_the_length():
     """The line the run prints before the engine starts: the GPU run that took 784 s."""
     import mlperf_loadgen as lg
 
-    from harness.run.settings import issue_plan
+    from harness.run.setup.settings import issue_plan
 
     s = _server_settings(600_000, 7.649)
     plan = issue_plan(s, 2000)
@@ -150,7 +150,7 @@ def test_a_pass_boundary_near_the_schedules_end_may_spill_into_another_pass(tmp_
 
 def test_plan_line_names_a_likely_extra_pass():
     """The 240 s Server diagnostic of the 70B that planned 2,100 queries and issued 2,800."""
-    from harness.run.settings import issue_plan, spill_chance
+    from harness.run.setup.settings import issue_plan, spill_chance
 
     s = _server_settings(240_000, 8.6)
     plan = issue_plan(s, 700)

@@ -8,7 +8,9 @@ evaluation -> harness.tracking. So:
   shared (benchmarks, datasets, errors, files, resources, proc/) < run/ < calibrate/ (trials on
   one engine, the searches and their record) < tracking/, submission/, sweep/, assets/ < cli/.
   calibrate/ may use the SUT, as its trials drive it; sweep/ reads calibration.json through it.
-  The run layer never imports submission (the CLI hands the runner the preflight), and nothing
+  run/ holds three rooms, each importing only those below it: record/ (what a run leaves
+  behind: it imports no SUT) < setup/ (what a run is, checked before the engine starts) <
+  execute/ (how it runs). The run layer never imports submission (the CLI hands the runner the preflight), and nothing
   outside cli/ imports the CLI;
 - no import cycle among modules, counting every import: at module level, inside functions and
   under TYPE_CHECKING (a lazy import still ties the two modules together);
@@ -39,6 +41,9 @@ SHARED = (
     "harness.proc",
 )
 RUN = ("harness.run",)
+RECORD = ("harness.run.record",)
+SETUP = (*RECORD, "harness.run.setup")
+EXECUTE = (*SETUP, "harness.run.execute")
 # What each part of the tree may import from this project (a prefix allows its submodules).
 ALLOWED: dict[str, tuple[str, ...]] = {
     "sut": ("sut",),
@@ -57,7 +62,10 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "harness.resources": SHARED,
     # the one way processes are stopped, shared with the SUT's reaper (it imports nothing)
     "harness.proc": (*SHARED, "sut.reaper"),
-    "harness.run": (*SHARED, *RUN, "sut", "evaluation"),
+    "harness.run": (*SHARED,),
+    "harness.run.record": (*SHARED, *RECORD),
+    "harness.run.setup": (*SHARED, *SETUP, "sut", "evaluation"),
+    "harness.run.execute": (*SHARED, *EXECUTE, "sut", "evaluation"),
     "harness.calibrate": (*SHARED, *RUN, "harness.calibrate", "sut"),
     "harness.tracking": (*SHARED, *RUN, "harness.tracking"),
     "harness.submission": (*SHARED, *RUN, "harness.submission", "evaluation"),
@@ -257,17 +265,19 @@ def test_a_lazy_or_type_checking_import_back_is_a_cycle(tmp_path) -> None:
     report = tmp_path / "report.py"
     report.write_text(
         "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from harness.sweep.execute "
-        "import Sweep\n\ndef f():\n    import harness.run.runner\n"
+        "import Sweep\n\ndef f():\n    import harness.run.execute.runner\n"
     )
     found = {name for name, _ in _imports("harness.sweep.report", report)}
-    assert {"harness.sweep.execute", "harness.run.runner"} <= found
+    assert {"harness.sweep.execute", "harness.run.execute.runner"} <= found
     graph = {"harness.sweep.execute": {"harness.sweep.report"}, "harness.sweep.report": found}
     assert _cycle(graph) is not None
 
 
 def test_the_checker_sees_the_known_edges() -> None:
     """The rules above only mean something if the reader finds imports: spot-check a few."""
-    runner = {n for n, _ in _imports("harness.run.runner", MODULES["harness.run.runner"])}
-    assert {"harness.run.result", "sut.engine", "evaluation"} <= runner
+    runner = {
+        n for n, _ in _imports("harness.run.execute.runner", MODULES["harness.run.execute.runner"])
+    }
+    assert {"harness.run.record.result", "sut.engine", "evaluation"} <= runner
     cli = {n for n, _ in _imports("harness.cli", MODULES["harness.cli"])}
     assert "harness.cli.run" in cli and "harness.proc.signals" in cli

@@ -23,8 +23,8 @@ import time
 import pytest
 
 from harness.errors import UsageError
-from harness.run.result import RunResult
-from harness.run.settings import check_overrides
+from harness.run.record.result import RunResult
+from harness.run.setup.settings import check_overrides
 from harness.tracking.params import result_params
 from tests.conftest import SMOKE, cli, run_args
 

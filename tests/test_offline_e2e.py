@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.run.logs import parse_detail_log
+from harness.run.record.logs import parse_detail_log
 
 pytestmark = pytest.mark.e2e
 

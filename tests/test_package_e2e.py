@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from harness.errors import UsageError
-from harness.run.logs import DETAIL_LOG, parse_detail_log
+from harness.run.record.logs import DETAIL_LOG, parse_detail_log
 from harness.submission.checker import check_submission_tree
 from harness.submission.package import PackageRequest, package
 from harness.submission.rounds import ROUND_NAMES, get_round

@@ -1,5 +1,5 @@
 """The model folder's tokenizer and the parallel layout against this machine's GPUs, refused in
-one line before any engine starts (harness.run.preflight_model)."""
+one line before any engine starts (harness.run.setup.preflight_model)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from harness.errors import UsageError
-from harness.run import preflight_model as pm
+from harness.run.setup import preflight_model as pm
 from tests.conftest import SMOKE, cli, run_args
 
 

@@ -1,5 +1,5 @@
 """`run --profile`: the window's spelling, vLLM's profiler config it builds, and the summary of a
-trace in the torch profiler's Chrome format (harness/run/profile.py).
+trace in the torch profiler's Chrome format (harness/run/record/profile.py).
 
 The engine side (vLLM's profiler started at the test, its traces read back) runs for real in
 test_offline_options_e2e (the Offline SUT) and test_parallel_e2e (the streaming SUT, two data-
@@ -16,7 +16,7 @@ import json
 import pytest
 
 from harness.errors import UsageError
-from harness.run.profile import (
+from harness.run.record.profile import (
     ProfileWindow,
     category,
     check_profile,
@@ -164,8 +164,8 @@ def test_steps_are_timed_on_the_device_where_the_trace_mirrors_them(tmp_path):
 
 
 def test_a_submission_run_is_never_profiled(tmp_path):
-    from harness.run.checks import check_sut_options
-    from harness.run.spec import RunSpec
+    from harness.run.setup.checks import check_sut_options
+    from harness.run.setup.spec import RunSpec
 
     req = RunSpec(
         benchmark="llama3_1-8b",

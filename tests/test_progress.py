@@ -15,7 +15,7 @@ import sys
 import termios
 import time
 
-from harness.run.settings import IssuePlan, planned_samples
+from harness.run.setup.settings import IssuePlan, planned_samples
 from sut.progress import Progress
 from sut.stats import SUTStats
 

@@ -8,8 +8,14 @@ import json
 import pytest
 
 from harness.proc.orphans import OWNERS_ENV
-from harness.run.engine_log import FatalWatch, first_error, root_cause
-from harness.run.ray_cluster import ClusterView, RayLayout, job_config_env, layout_of, shortfall
+from harness.run.record.engine_log import FatalWatch, first_error, root_cause
+from harness.run.setup.ray_cluster import (
+    ClusterView,
+    RayLayout,
+    job_config_env,
+    layout_of,
+    shortfall,
+)
 from harness.tracking.params import cluster_params
 
 
@@ -151,7 +157,7 @@ def test_a_workers_death_is_seen_in_the_engines_output_however_it_is_cut(cut):
 
 def test_a_local_model_folder_reaches_vllm_as_an_absolute_path(tmp_path, monkeypatch):
     """Ray's workers open the model in the raylet's directory, not the command's."""
-    from harness.run.runner import local_path_arg
+    from harness.run.execute.runner import local_path_arg
 
     (tmp_path / "m").mkdir()
     monkeypatch.chdir(tmp_path)

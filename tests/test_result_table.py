@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.run.result import RunResult
-from harness.run.summary import (
+from harness.run.record.result import RunResult
+from harness.run.record.summary import (
     MAX_WARNINGS,
     MAX_WIDTH,
     MIN_WIDTH,
@@ -21,7 +21,7 @@ from harness.run.summary import (
     result_rows,
     table_width,
 )
-from harness.run.timeline import judge_sustained
+from harness.run.record.timeline import judge_sustained
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -137,7 +137,7 @@ def test_the_table_fits_the_terminal_within_bounds(monkeypatch, columns, width):
 def test_no_terminal_keeps_the_full_width():
     # output to a pipe, COLUMNS unset: no terminal to fit
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
-    code = "from harness.run.summary import table_width; print(table_width())"
+    code = "from harness.run.record.summary import table_width; print(table_width())"
     proc = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=REPO, check=True
     )

@@ -1,4 +1,4 @@
-"""RunSpec, the one description of a run (harness.run.spec): every field has a flag, and a
+"""RunSpec, the one description of a run (harness.run.setup.spec): every field has a flag, and a
 spec written as a `run` command line (a child run's argv) reads back as the same spec through
 the CLI's own parser. Values come from each field's declaration, so a new field is covered
 without a line here."""
@@ -14,7 +14,7 @@ import pytest
 from harness.cli import build_parser
 from harness.cli.run import run_spec
 from harness.errors import UsageError
-from harness.run.spec import Opt, RunSpec
+from harness.run.setup.spec import Opt, RunSpec
 
 # Values a declaration cannot suggest: the flags common to several commands, and texts the run parses further.
 GIVEN: dict[str, Any] = {
@@ -149,7 +149,7 @@ def test_a_note_is_recorded_and_reaches_calibrates_runs():
 
 def test_the_offline_orders_are_the_suts():
     """Declared here as text (the CLI's start does not import the SUT), the same as sut.offline's."""
-    from harness.run.spec import OFFLINE_ORDERS
+    from harness.run.setup.spec import OFFLINE_ORDERS
     from sut.offline import ORDERS
 
     assert OFFLINE_ORDERS == ORDERS

@@ -157,7 +157,7 @@ def test_commands_that_score_nothing_import_no_nltk_or_rouge(tmp_path: Path) -> 
     code = f"""
 import sys
 from harness.cli import build_parser, main
-import harness.run.runner, harness.sweep.execute, harness.calibrate.calibrate, harness.submission.package, harness.tracking
+import harness.run.execute.runner, harness.sweep.execute, harness.calibrate.calibrate, harness.submission.package, harness.tracking
 import harness.submission.compliance, harness.cli.demo, evaluation, harness.cli.evaluate, evaluation.targets
 build_parser()
 code = main(["run", "--benchmark", "llama3_1-8b", "--scenario", "Offline", "--mode",

@@ -95,7 +95,7 @@ def _run_args(model, dataset, out, benchmark, scenario, conf, *extra) -> list[st
 
 
 def _detail(log_dir: Path) -> dict:
-    from harness.run.logs import parse_detail_log
+    from harness.run.record.logs import parse_detail_log
 
     return parse_detail_log(log_dir / "mlperf_log_detail.txt").values
 

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.e2e
 
 
 def test_singlestream_edge_run_is_valid_one_query_at_a_time(tiny_model, tiny_dataset, tmp_path):
-    from harness.run.logs import parse_detail_log
+    from harness.run.record.logs import parse_detail_log
 
     out = tmp_path / "edge"
     proc = cli(

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli.sweep import add_sweep_arguments
-from harness.run.child import failure_line
+from harness.run.execute.child import failure_line
 from harness.sweep.execute import Sweep
 from harness.sweep.options import SweepOptions
 from harness.sweep.plan import SINGLE_RUN, PlanError, make_config, parse_plan

@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 
 from harness.cli.common import EXIT_OK, EXIT_STRICT, strict_code
-from harness.run.result import RunResult
-from harness.run.summary import result_rows
+from harness.run.record.result import RunResult
+from harness.run.record.summary import result_rows
 
 LOG = "/runs/r/TEST06/performance"
 

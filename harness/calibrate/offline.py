@@ -17,7 +17,7 @@ from harness.calibrate.conf import demo_lines, write_conf
 from harness.calibrate.measure import run_once
 from harness.calibrate.request import CalibrateRequest
 from harness.errors import UsageError
-from harness.run.settings import OFFLINE_SLACK
+from harness.run.setup.settings import OFFLINE_SLACK
 
 OFFLINE_KEYS = ("target_qps", "min_duration", "min_query_count")
 

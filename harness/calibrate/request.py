@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.benchmarks import Benchmark
-from harness.run.spec import RunSpec
+from harness.run.setup.spec import RunSpec
 
 SUBMISSION_MIN_DURATION_S = 600
 

@@ -7,7 +7,7 @@ limits, confirmed by a run of the submission's length when asked.
    then trials at fixed targets from `--start-qps` (default 0.9 x the ceiling) down by x0.8 until
    one passes, then bisection between the highest pass and the lowest failure (the ceiling
    counts as one) to `--precision`.
-2. A trial passes by the one rule (harness.run.timeline.judge_trial): p99 TTFT and TPOT within
+2. A trial passes by the one rule (harness.run.record.timeline.judge_trial): p99 TTFT and TPOT within
    the limits, early stopping where the trial had enough queries to judge it, and the engine
    keeping up over the trial's steady part (completions keep pace with issues, the backlog does
    not grow). A short trial above capacity meets its p99 limits only because its queue has not
@@ -41,7 +41,7 @@ from harness.calibrate.measure import run_once
 from harness.calibrate.record import CALIBRATION_FILE, CalibrationRecord, ConfirmationRun
 from harness.calibrate.request import CalibrateRequest, trial_seconds
 from harness.errors import UsageError
-from harness.run.ray_cluster import layout_of
+from harness.run.setup.ray_cluster import layout_of
 
 # write_conf(target, evidence lines): the conf rewritten with that target and evidence
 ConfWriter = Callable[[float, list[str]], None]
@@ -53,7 +53,7 @@ def calibrate_server(
     """The conf lines of a Server / Interactive calibration, the target they set and the
     calibration's record (written to calibration.json, also when no trial passed)."""
     from harness.calibrate.trials import TrialEngine, bounded_search
-    from harness.run.runner import prepare
+    from harness.run.execute.runner import prepare
 
     limits = bench.server_limits
     if limits is None:

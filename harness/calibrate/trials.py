@@ -10,7 +10,7 @@ and the samples loaded. A trial loads about `target x duration` samples, because
 an LLM Server test up to whole passes over the loaded samples (a 60 s trial at 50 QPS over all
 13,368 would run 267 s).
 
-Each trial is judged by the one rule (harness.run.timeline.judge_trial: p99 limits, early
+Each trial is judged by the one rule (harness.run.record.timeline.judge_trial: p99 limits, early
 stopping where judgeable, and the engine keeping up over the steady part), and leaves its LoadGen
 logs and its timeline (json + png) in its own folder.
 """
@@ -24,11 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from harness.calibrate.record import TrialResult
-from harness.run.logs import parse_detail_log, performance_result
-from harness.run.runner import PreparedRun, add_latency_fields, run_identity
-from harness.run.session import EngineSession
-from harness.run.settings import audit_path_for, build_log_settings
-from harness.run.timeline import judge_sustained, judge_trial, write_timeline
+from harness.run.execute.runner import PreparedRun, add_latency_fields, run_identity
+from harness.run.execute.session import EngineSession
+from harness.run.record.logs import parse_detail_log, performance_result
+from harness.run.record.timeline import judge_sustained, judge_trial, write_timeline
+from harness.run.setup.settings import audit_path_for, build_log_settings
 from sut.engine import resolved_engine_args
 
 

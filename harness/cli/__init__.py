@@ -62,7 +62,7 @@ def _exit_now_if_loadgen_running(code: int) -> None:
     early), or an abandoned engine start; leaving through interpreter shutdown would let them
     call into a finalizing Python. The engine is already stopped and the logs are on disk:
     exit at once."""
-    from harness.run.loadgen_call import loadgen_still_running
+    from harness.run.execute.loadgen_call import loadgen_still_running
     from sut.engine import remove_ipc_dirs
     from sut.lifecycle import engine_start_abandoned
 
@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     if note is not None:
         print(note, flush=True)
     if not getattr(args, "verbose", False):  # vLLM's import-time lines to the run's engine.log
-        from harness.run.engine_log import hold_vllm_import_lines
+        from harness.run.record.engine_log import hold_vllm_import_lines
 
         hold_vllm_import_lines()
     from harness.proc import orphans, signals
@@ -157,7 +157,7 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace, extra: 
         _exit_now_if_loadgen_running(130)
         return 130
     except Exception as exc:
-        from harness.run.runner import EngineFailure
+        from harness.run.execute.runner import EngineFailure
         from sut.lifecycle import EngineStartTimeout
 
         if debug:

@@ -159,7 +159,7 @@ def calibrate_request(args: argparse.Namespace, extra: list[str]) -> CalibrateRe
     from harness.cli.run import partial_run_spec
     from harness.errors import UsageError
     from harness.resources import benchmark_conf, resolve_user_path
-    from harness.run.spec import RunSpec
+    from harness.run.setup.spec import RunSpec
 
     owned = [f for f in extra if f.split("=")[0] in ("--target-qps", "--min-query-count")]
     if owned:

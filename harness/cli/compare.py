@@ -1,4 +1,4 @@
-"""`mlperf-vllm compare DIR...`: finished run folders side by side (harness.run.compare)."""
+"""`mlperf-vllm compare DIR...`: finished run folders side by side (harness.run.record.compare)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def add_parser(sub) -> None:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from harness import files
-    from harness.run.compare import load_runs, render, rows, to_csv
+    from harness.run.record.compare import load_runs, render, rows, to_csv
 
     table = rows(load_runs(args.dirs))
     print(render(table))

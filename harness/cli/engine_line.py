@@ -122,7 +122,7 @@ def toml_flags(path: Path, benchmark: str, scenario: str) -> list[str]:
     `engine_args` or `engine_flags`), `[evidence]` what was measured with it and how."""
     import tomllib
 
-    from harness.run.spec import RunSpec
+    from harness.run.setup.spec import RunSpec
 
     try:
         doc = tomllib.loads(path.read_text())

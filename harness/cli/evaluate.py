@@ -163,7 +163,7 @@ def earlier_scores(log: Path, dataset: Path, out_dir: Path, overwrite: bool) -> 
     import json
 
     from harness.datasets import file_sha256
-    from harness.run.result import RESULT_FILE, RunResult
+    from harness.run.record.result import RESULT_FILE, RunResult
 
     notes: list[str] = []
     if not log.is_file():

@@ -55,7 +55,7 @@ def add_parser(sub) -> None:
 
 
 def cmd_ray_check(args: argparse.Namespace) -> int:
-    from harness.run.ray_cluster import (
+    from harness.run.setup.ray_cluster import (
         RayLayout,
         format_cluster,
         probe_cluster,

@@ -18,7 +18,7 @@ from harness.cli.flags import (
     choose_round_for,
     tracking_config,
 )
-from harness.run.spec import RunSpec
+from harness.run.setup.spec import RunSpec
 
 
 def add_parser(sub) -> None:
@@ -74,8 +74,8 @@ def partial_run_spec(base: RunSpec, flags: list[str]) -> RunSpec:
 def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
     from harness import tracking
     from harness.folder_lock import one_writer
-    from harness.run.runner import prepare, run
-    from harness.run.summary import render_result
+    from harness.run.execute.runner import prepare, run
+    from harness.run.record.summary import render_result
     from harness.submission.compliance import verify_test06_run
     from harness.submission.preflight import settings_check
 

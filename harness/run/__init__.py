@@ -1,1 +1,3 @@
-"""One LoadGen run: the runner, its TestSettings, LoadGen log parsing, the result table."""
+"""One LoadGen run, in three rooms, each importing only the ones below it: record/ (what a run
+leaves behind) < setup/ (what a run is, checked before the engine starts) < execute/ (how it
+runs)."""

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.benchmarks import BENCHMARKS
-from harness.run.logs import ACCURACY_LOG, DETAIL_LOG, SUMMARY_LOG, parse_detail_log
+from harness.run.record.logs import ACCURACY_LOG, DETAIL_LOG, SUMMARY_LOG, parse_detail_log
 from harness.submission.rounds import (
     CATEGORIES,
     ROUNDS,

@@ -31,8 +31,8 @@ import numpy as np
 
 from harness import files
 from harness.errors import UsageError
-from harness.run.logs import ACCURACY_LOG, DETAIL_LOG, parse_detail_log
-from harness.run.result import RESULT_FILE, RunResult
+from harness.run.record.logs import ACCURACY_LOG, DETAIL_LOG, parse_detail_log
+from harness.run.record.result import RESULT_FILE, RunResult
 
 VERIFY_FILE = "verify_accuracy.txt"
 DTYPES = {"int32": np.int32, "int64": np.int64, "int16": np.int16, "float32": np.float32}
@@ -238,7 +238,7 @@ def run_test06(
 
 
 def verify_test06_run(log_dir: Path, prep: Any) -> dict[str, Any]:
-    """`run --test06`'s verification of the TEST06 test it just ran (harness.run.runner's
+    """`run --test06`'s verification of the TEST06 test it just ran (harness.run.execute.runner's
     Test06Check): the same checks and files as `compliance test06 --log-dir LOG_DIR --output
     OUTPUT/TEST06`, printed as that command prints them."""
     req = prep.request

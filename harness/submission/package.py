@@ -33,9 +33,9 @@ from harness import files
 from harness.datasets import file_sha256
 from harness.errors import UsageError
 from harness.files import check_output_dir
-from harness.run.environment import machine_facts
-from harness.run.logs import ACCURACY_LOG, DETAIL_LOG, SUMMARY_LOG
-from harness.run.result import RESULT_FILE, TEST06_DIR, RunResult
+from harness.run.record.environment import machine_facts
+from harness.run.record.logs import ACCURACY_LOG, DETAIL_LOG, SUMMARY_LOG
+from harness.run.record.result import RESULT_FILE, TEST06_DIR, RunResult
 from harness.submission.checker import (
     CALIBRATION_DOC,
     MAX_ACCURACY_LOG_SIZE,

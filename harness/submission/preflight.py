@@ -27,10 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from harness.benchmarks import Benchmark
-from harness.run.logs import ns_to_ms
-from harness.run.result import PreflightVerdict
-from harness.run.settings import OFFLINE_SLACK, whole_passes
-from harness.run.timeline import EARLY_STOPPING_MIN_QUERIES, early_stopping_min_queries
+from harness.run.record.logs import ns_to_ms
+from harness.run.record.result import PreflightVerdict
+from harness.run.record.timeline import EARLY_STOPPING_MIN_QUERIES, early_stopping_min_queries
+from harness.run.setup.settings import OFFLINE_SLACK, whole_passes
 from harness.submission.rounds import Round, choose_round, get_round, round_of_seeds
 
 SUBMISSION_MIN_DURATION_MS = 600_000

@@ -44,8 +44,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import UsageError
-from harness.run.child import RUN_LOG
-from harness.run.cost import usd_per_million_tokens
+from harness.run.execute.child import RUN_LOG
+from harness.run.record.cost import usd_per_million_tokens
 from harness.sweep.options import SweepOptions, check_resume, checked_plan, resolve_figure
 from harness.sweep.plan import (
     CONFIG_FILE,

@@ -33,7 +33,7 @@ _SETTINGS = (
     "ignore_eos",
     "output_lengths",
 )
-# Options of our SUT a knob may set (`--sut KEY=VALUE`): fields of harness.run.spec.RunSpec,
+# Options of our SUT a knob may set (`--sut KEY=VALUE`): fields of harness.run.setup.spec.RunSpec,
 # applied over the plan's run with dataclasses.replace; each run records them in result.json
 # `sut_options`.
 SUT_KNOBS = ("offline_order", "warmup_samples", "dp_routing", "frontend")
@@ -129,7 +129,7 @@ def _parse_change(tokens: list[str], where: str) -> Change:
 
 def _sut_value(key: str, value: str, where: str) -> str:
     """A knob's `--sut KEY=VALUE` checked as the run will read it (RunSpec.parse_value)."""
-    from harness.run.spec import RunSpec
+    from harness.run.setup.spec import RunSpec
 
     try:
         RunSpec.parse_value(key, value)

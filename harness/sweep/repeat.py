@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from harness.calibrate.record import CALIBRATION_FILE, CalibrationRecord
-from harness.run.child import ChildOutcome, ChildRun, failure_line, run_in_child
-from harness.run.result import RunResult
-from harness.run.spec import RunSpec
+from harness.run.execute.child import ChildOutcome, ChildRun, failure_line, run_in_child
+from harness.run.record.result import RunResult
+from harness.run.setup.spec import RunSpec
 from harness.sweep.plan import REPEAT_FILE, ConfigSpec, Plan
 from harness.sweep.stats import RepeatOutcome
 
@@ -130,7 +130,7 @@ def run_repeat(
     stall_timeout_s: float | None = None,
     allow_pickle: bool = False,
 ) -> RepeatOutcome:
-    """One repeat as a child run (harness.run.child); its output goes to OUT/run.log."""
+    """One repeat as a child run (harness.run.execute.child); its output goes to OUT/run.log."""
     (out / REPEAT_FILE).unlink(missing_ok=True)
     child = child_run(
         plan,

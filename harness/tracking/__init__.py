@@ -6,7 +6,7 @@ logged.py       what a run folder or an evaluation puts in an MLflow run
 runs.py         the MLflow runs themselves: tracked_run, sweep parents and children, relog
 
 What ran the benchmark (host, GPUs, versions, git commit, vLLM defaults) is read by
-harness/run/environment.py, below this package, since the run and the submission need it too;
+harness/run/record/environment.py, below this package, since the run and the submission need it too;
 runs.py writes it to OUT/environment.json and tags the MLflow runs with it.
 The CLI turns its flags into a TrackingConfig (`resolve_tracking`); nothing here reads them.
 

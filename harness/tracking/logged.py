@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.run.environment import environment_tags
-from harness.run.logs import ACCURACY_LOG, DETAIL_LOG, SUMMARY_LOG, parse_detail_log
-from harness.run.result import RESULT_FILE, RunResult
+from harness.run.record.environment import environment_tags
+from harness.run.record.logs import ACCURACY_LOG, DETAIL_LOG, SUMMARY_LOG, parse_detail_log
+from harness.run.record.result import RESULT_FILE, RunResult
 from harness.tracking.params import (
     _read_json,
     accuracy_summary,

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from harness.run.result import RunResult
+from harness.run.record.result import RunResult
 from harness.tracking.store import _number
 
 _PERCENTILES = {

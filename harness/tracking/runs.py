@@ -1,7 +1,7 @@
 """MLflow tracking: one MLflow run per `run` / `evaluate` / `demo` / sweep point.
 
 Why it is shaped this way:
-- Results live on disk first (`--output`, written by harness.run.runner); MLflow gets a copy. So a
+- Results live on disk first (`--output`, written by harness.run.execute.runner); MLflow gets a copy. So a
   tracking failure never loses a measurement, and `mlperf-vllm log-run DIR` can log a folder later.
 - The tracking store is checked *before* the engine starts (`check_reachable`): a typo in the
   URI costs seconds, not an engine start plus a benchmark.
@@ -30,8 +30,12 @@ from typing import Any
 from harness import files
 from harness.errors import UsageError
 from harness.proc import signals
-from harness.run.environment import engine_arg_defaults, environment_tags, snapshot_environment
-from harness.run.result import RESULT_FILE, RunResult
+from harness.run.record.environment import (
+    engine_arg_defaults,
+    environment_tags,
+    snapshot_environment,
+)
+from harness.run.record.result import RESULT_FILE, RunResult
 from harness.tracking.logged import ENVIRONMENT_FILE, MTIME_SLACK_S, LoggedSummary, log_result_dir
 from harness.tracking.store import (
     MAX_PARAM_CHARS,

@@ -149,7 +149,7 @@ def _ask_loadgen(text: str, model: str, scenario: str, lines: Sequence[ConfLine]
         probes.append({"key": line.key, "name": parts[2], "scenarios": scenarios})
     request = json.dumps({"conf": text, "model": model, "probes": probes})
     proc = subprocess.run(
-        [sys.executable, "-c", "from harness.run.user_conf import probe_main; probe_main()"],
+        [sys.executable, "-c", "from harness.run.setup.user_conf import probe_main; probe_main()"],
         input=request,
         capture_output=True,
         text=True,

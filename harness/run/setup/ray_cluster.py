@@ -17,7 +17,7 @@ So a run that asks for Ray is checked here first, in seconds:
   this node, where vLLM places its first worker.
 
 What the cluster held is recorded in result.json (`cluster`) and MLflow. The query runs in a
-child process (`python -m harness.run.ray_cluster ADDRESS`): connecting as a Ray driver starts
+child process (`python -m harness.run.setup.ray_cluster ADDRESS`): connecting as a Ray driver starts
 threads and sockets that the run's own process, which later forks the engine, should not carry.
 """
 
@@ -220,7 +220,7 @@ def ray_address() -> str | None:
 def probe_cluster(address: str | None, timeout_s: float = PROBE_TIMEOUT_S) -> ClusterView:
     """What the cluster at `address` (None: the one on this node) holds, from a child process.
     Raises UsageError when Ray is missing or no cluster answers."""
-    cmd = [sys.executable, "-m", "harness.run.ray_cluster", address or "auto"]
+    cmd = [sys.executable, "-m", "harness.run.setup.ray_cluster", address or "auto"]
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
     try:
         proc = subprocess.run(

@@ -1,5 +1,5 @@
 """One engine, started once, for a list of LoadGen tests: the part every caller that measures
-shares (a run's performance / accuracy / TEST06 tests in harness.run.runner, a calibration's
+shares (a run's performance / accuracy / TEST06 tests in harness.run.execute.runner, a calibration's
 trials and its Offline ceiling in harness.calibrate.trials, the capacity benches).
 
 `EngineSession` owns what must be done the same way each time, so that callers cannot drift:
@@ -24,7 +24,13 @@ from pathlib import Path
 from typing import Any
 
 from harness import files
-from harness.run.engine_log import (
+from harness.run.execute.loadgen_call import (
+    EngineFailure,
+    failure_of,
+    loadgen_still_running,
+    run_loadgen_test,
+)
+from harness.run.record.engine_log import (
     ENGINE_LOG,
     ENGINE_START_LOG,
     EngineStartLog,
@@ -32,13 +38,7 @@ from harness.run.engine_log import (
     root_cause,
     route_vllm_logger,
 )
-from harness.run.loadgen_call import (
-    EngineFailure,
-    failure_of,
-    loadgen_still_running,
-    run_loadgen_test,
-)
-from harness.run.ray_cluster import mark_ray_workers
+from harness.run.setup.ray_cluster import mark_ray_workers
 from sut.engine import vllm_reason
 from sut.lifecycle import DEFAULT_STOP_TIMEOUT_S, INTERRUPT_STOP_TIMEOUT_S, EngineStartTimeout
 
@@ -113,7 +113,7 @@ def build_sut(prep: Any) -> Any:
 
 
 class EngineSession:
-    """The engine of `prep` (harness.run.runner.PreparedRun, which imports this module) with its
+    """The engine of `prep` (harness.run.execute.runner.PreparedRun, which imports this module) with its
     QSL: `start()`, `test()` as often as needed, `close()`.
 
     `folder` takes vLLM's output (`engine.log`, or `engine_start.log` for a failed start);

@@ -24,7 +24,7 @@ The SUT records the raw events (sut.stats.Timeline); this module turns them into
 a compact per-second series (timeline.json) and a chart (timeline.png) beside result.json. With
 vLLM's scheduler stats (`run --engine-stats`) both also show the requests in transit, handed to
 vLLM and in none of its schedulers' lists, and their summary over the same steady part
-(harness.run.host_path).
+(harness.run.record.host_path).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.run.host_path import (
+from harness.run.record.host_path import (
     HostPathSummary,
     host_path_warning,
     in_transit,
@@ -241,7 +241,7 @@ def series(
     the test started) at the step's end. With data-parallel engines, `engines` (vLLM's running
     and waiting per engine) and `routed` (our router's in flight and awaiting a first token per
     engine) at the step's end, as lists of pairs. With `engine`, `in_transit` (requests handed
-    to vLLM in neither scheduler list, harness.run.host_path) at the step's end, and with both
+    to vLLM in neither scheduler list, harness.run.record.host_path) at the step's end, and with both
     per-engine records `in_transit_per_engine` (a list, one value per engine)."""
     if not samples:
         return []
@@ -349,7 +349,7 @@ def host_path(
     engines: Sequence[PerEngineGauge] = (),
     routed: Sequence[PerEngineGauge] = (),
 ) -> HostPathSummary | None:
-    """Requests in transit over the verdict's steady part (harness.run.host_path); None for a
+    """Requests in transit over the verdict's steady part (harness.run.record.host_path); None for a
     test without vLLM's scheduler stats (`run --engine-stats`)."""
     if not engine or not samples:
         return None
@@ -499,7 +499,7 @@ def _plot_per_engine(ax: Any, t: list[float], rows: list[dict[str, Any]]) -> Non
 
 def _plot_in_transit_per_engine(ax: Any, t: list[float], rows: list[dict[str, Any]]) -> None:
     """Per data-parallel engine, what our router has in flight there and vLLM's scheduler does
-    not hold (harness.run.host_path), in the engine's colour of the panel above."""
+    not hold (harness.run.record.host_path), in the engine's colour of the panel above."""
     per = [r.get("in_transit_per_engine") or [] for r in rows]
     for e in range(max(len(v) for v in per)):
         values = [v[e] if e < len(v) else 0 for v in per]

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import UsageError
-from harness.run.result import RESULT_FILE, RunResult
+from harness.run.record.result import RESULT_FILE, RunResult
 
 COLUMNS = (
     "run",

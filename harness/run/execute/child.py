@@ -20,9 +20,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from harness.proc.children import EXIT_TIMEOUT, run_child
-from harness.run.engine_log import exception_lines, first_cause
-from harness.run.result import RESULT_FILE, RunResult
-from harness.run.spec import RunSpec
+from harness.run.record.engine_log import exception_lines, first_cause
+from harness.run.record.result import RESULT_FILE, RunResult
+from harness.run.setup.spec import RunSpec
 
 RUN_LOG = "run.log"  # the child's stdout and stderr, in its output folder
 

@@ -1,5 +1,5 @@
 """One LoadGen test on a worker thread, watched from the main thread: the call every test of a
-run, a calibration or a bench goes through (harness.run.runner, harness.calibrate.trials)."""
+run, a calibration or a bench goes through (harness.run.execute.runner, harness.calibrate.trials)."""
 
 from __future__ import annotations
 

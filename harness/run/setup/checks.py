@@ -19,14 +19,14 @@ from harness.datasets import (
 )
 from harness.errors import UsageError
 from harness.files import check_output_dir
-from harness.run.engine_log import ENGINE_LOG, ENGINE_START_LOG
-from harness.run.preflight_model import check_local_devices, check_model_tokenizer
-from harness.run.profile import PROFILE_DIR
-from harness.run.result import RESULT_FILE, TEST06_DIR, RunResult
-from harness.run.settings import LOADGEN_SCENARIO, NO_AUDIT_NAME
-from harness.run.spec import MODES, RunSpec
-from harness.run.user_conf import ignored_lines
-from harness.run.weights import check_model_weights
+from harness.run.record.engine_log import ENGINE_LOG, ENGINE_START_LOG
+from harness.run.record.profile import PROFILE_DIR
+from harness.run.record.result import RESULT_FILE, TEST06_DIR, RunResult
+from harness.run.setup.preflight_model import check_local_devices, check_model_tokenizer
+from harness.run.setup.settings import LOADGEN_SCENARIO, NO_AUDIT_NAME
+from harness.run.setup.spec import MODES, RunSpec
+from harness.run.setup.user_conf import ignored_lines
+from harness.run.setup.weights import check_model_weights
 from sut.engine import EngineConfig
 from sut.frontend import placed_by_vllm
 from sut.routing import PER_NODE_BALANCING

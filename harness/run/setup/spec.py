@@ -27,7 +27,7 @@ from sut.routing import DEFAULT_ROUTING, ROUTINGS
 MODES = ("performance", "accuracy", "both")
 OFFLINE_ORDERS = ("arrival", "longest-first", "shortest-first")  # sut.offline.ORDERS
 PARALLEL_SIZES = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")
-# LoadGen settings a run sets on top of its user.conf: field -> harness.run.settings.OVERRIDES
+# LoadGen settings a run sets on top of its user.conf: field -> harness.run.setup.settings.OVERRIDES
 LOADGEN_FIELDS = {
     "target_qps": "target_qps",
     "min_duration": "min_duration_s",
@@ -275,7 +275,7 @@ class RunSpec:
 
     @property
     def loadgen_overrides(self) -> dict[str, float]:
-        """The LoadGen settings given (harness.run.settings.OVERRIDES)."""
+        """The LoadGen settings given (harness.run.setup.settings.OVERRIDES)."""
         given = {key: getattr(self, name) for name, key in LOADGEN_FIELDS.items()}
         return {k: v for k, v in given.items() if v is not None}
 

@@ -11,7 +11,7 @@ statistics, the end time) are left out of the file until they are set, as they a
 Keys this version does not know are kept in `extra` and written back unchanged.
 
 The performance and accuracy blocks stay plain mappings: they are LoadGen's and the
-evaluation's own records (`harness.run.logs.PerformanceResult`, `evaluation` reports), logged
+evaluation's own records (`harness.run.record.logs.PerformanceResult`, `evaluation` reports), logged
 to MLflow key by key.
 """
 
@@ -64,7 +64,7 @@ _OPTIONAL = frozenset(
         "finished_at",
         "sut_options",  # absent in files written before SUT options were recorded
         "loadgen_overrides",  # `run --target-qps / --min-duration / --min-query-count`
-        "cluster",  # a Ray layout's cluster (harness.run.ray_cluster)
+        "cluster",  # a Ray layout's cluster (harness.run.setup.ray_cluster)
         "spec",  # absent in files written before the run's spec was recorded
     }
 )
@@ -89,7 +89,7 @@ class RunResult:
     sut_options: dict[str, Any] | None = None
     # LoadGen settings the command line set on top of the conf (None: none)
     loadgen_overrides: dict[str, float] | None = None
-    # every option the run was given (harness.run.spec.RunSpec.record): a new option is
+    # every option the run was given (harness.run.setup.spec.RunSpec.record): a new option is
     # recorded without a line here
     spec: dict[str, Any] | None = None
     warnings: list[str] = field(default_factory=list)
@@ -106,7 +106,7 @@ class RunResult:
     round: str | None = None
     preflight: list[str] | None = None
     not_compliant: list[str] | None = None
-    # what LoadGen's performance test will issue (harness.run.settings.IssuePlan), known before
+    # what LoadGen's performance test will issue (harness.run.setup.settings.IssuePlan), known before
     # the engine starts
     issue_plan: dict[str, Any] | None = None
     # once the engine started
@@ -118,7 +118,7 @@ class RunResult:
     sut_stats_by_mode: dict[str, dict[str, Any]] | None = None
     # `run --test06`: the TEST06 test on the same engine (log dir, verdict)
     test06: dict[str, Any] | None = None
-    # `run --profile`: the profiled window's summary (harness.run.profile.summarize)
+    # `run --profile`: the profiled window's summary (harness.run.record.profile.summarize)
     profile: dict[str, Any] | None = None
     finished_at: str | None = None
     schema_version: int = SCHEMA_VERSION

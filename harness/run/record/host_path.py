@@ -18,7 +18,7 @@ value is at least 0 (per engine values are clamped one by one and may sum to a l
 the total).
 
 The summary covers the steady part of the test, the window the sustained verdict uses
-(harness.run.timeline.judge_sustained: from the engine filling up to the last issue), so the
+(harness.run.record.timeline.judge_sustained: from the engine filling up to the last issue), so the
 ramp-up and the drain do not dilute it. Its share is mean in transit / mean in flight over that
 window (a ratio of means: gauges with few requests in flight do not swing it).
 

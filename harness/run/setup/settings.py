@@ -51,7 +51,7 @@ def build_test_settings(req: SettingsRequest, mode: str = "performance"):
     else:
         rc = settings.FromConfig("", req.loadgen_model, lg_scenario, 0)
     if rc != 0:
-        from harness.run.user_conf import unparsable_line
+        from harness.run.setup.user_conf import unparsable_line
 
         where = unparsable_line(req.user_conf) if req.user_conf is not None else None
         raise UsageError(

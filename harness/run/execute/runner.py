@@ -27,18 +27,13 @@ from harness.datasets import (
 )
 from harness.errors import UsageError
 from harness.resources import require_shipped
-from harness.run.checks import (
-    check_model,
-    check_run_inputs,
-    clear_earlier_run,
-    ignored_user_conf_lines,
-    require_punkt,
-)
-from harness.run.cost import add_cost
-from harness.run.environment import RUN_VERSION_DISTS, engine_env_vars, installed_versions
-from harness.run.loadgen_call import EngineFailure, OutputFull
-from harness.run.logs import ACCURACY_LOG, DETAIL_LOG, parse_detail_log, performance_result
-from harness.run.profile import (
+from harness.run.execute.loadgen_call import EngineFailure, OutputFull
+from harness.run.execute.session import EngineSession, uses_offline_sut
+from harness.run.execute.warmup import warm_up
+from harness.run.record.cost import add_cost
+from harness.run.record.environment import RUN_VERSION_DISTS, engine_env_vars, installed_versions
+from harness.run.record.logs import ACCURACY_LOG, DETAIL_LOG, parse_detail_log, performance_result
+from harness.run.record.profile import (
     PROFILE_DIR,
     brief,
     check_profile,
@@ -46,10 +41,17 @@ from harness.run.profile import (
     profiler_config,
     summarize,
 )
-from harness.run.ray_cluster import check_ray_layout
-from harness.run.result import RESULT_FILE, TEST06_DIR, PreflightVerdict, RunResult
-from harness.run.session import EngineSession, uses_offline_sut
-from harness.run.settings import (
+from harness.run.record.result import RESULT_FILE, TEST06_DIR, PreflightVerdict, RunResult
+from harness.run.record.timeline import record_timeline
+from harness.run.setup.checks import (
+    check_model,
+    check_run_inputs,
+    clear_earlier_run,
+    ignored_user_conf_lines,
+    require_punkt,
+)
+from harness.run.setup.ray_cluster import check_ray_layout
+from harness.run.setup.settings import (
     SettingsRequest,
     apply_overrides,
     audit_path_for,
@@ -62,9 +64,7 @@ from harness.run.settings import (
     planned_samples,
     set_mode,
 )
-from harness.run.spec import RunSpec
-from harness.run.timeline import record_timeline
-from harness.run.warmup import warm_up
+from harness.run.setup.spec import RunSpec
 from sut.engine import EngineConfig, resolved_engine_args, resolved_settings
 
 log = logging.getLogger(__name__)
