@@ -154,7 +154,7 @@ everything() {  # device, one detached job: accuracy, then per scenario calibrat
   accuracy
   for scenario in ${SCENARIOS:-Server Interactive}; do
     local var=CAL_$scenario cal=(); read -r -a cal <<< "${!var:-}"
-    CONFIRM=1 calibrate "$scenario" --min-duration-s "${MIN_S:-60}" --trials "${TRIALS:-5}" \
+    CONFIRM=1 calibrate "$scenario" --min-duration "${MIN_S:-60}" --trials "${TRIALS:-5}" \
       --precision "${PRECISION:-0.05}" --confirm-runs "${CONFIRM_RUNS:-2}" --trial-timeout 300 \
       "${cal[@]}"
     serve "$scenario" calibrated

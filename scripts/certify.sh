@@ -26,7 +26,7 @@
 #   RUN_ARGS             extra flags for every run (engine flags: --max-num-seqs 512 ...)
 #                        or --engine-line LINES: the measured line for BENCHMARK.SCENARIO from a
 #                        folder of them (user_confs/engines/h200), for calibrate and every run
-#   CALIBRATE_ARGS       extra flags for calibrate (--min-duration-s 5 for a CPU demo)
+#   CALIBRATE_ARGS       extra flags for calibrate (--min-duration 5 for a CPU demo)
 #   USER_CONF            skip calibration and use this conf
 #   SUBMISSION_FLAG      --submission (default) refuses non-compliant settings; set it empty
 #                        for a demo on the tiny model

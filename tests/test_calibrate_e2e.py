@@ -49,7 +49,7 @@ def test_server_calibration_holds_for_a_run_several_times_longer(
         *("--model", str(tiny_model), "--dataset", str(tiny_dataset), "--output", str(out)),
         # Five trials: the first three may all be over capacity when another engine computes
         # on the other core (a CI run found 0.46 of the Offline rate sustainable).
-        *("--min-duration-s", str(CONFIRM_S), "--trials", "5", "--trial-s", str(TRIAL_S)),
+        *("--min-duration", str(CONFIRM_S), "--trials", "5", "--trial-s", str(TRIAL_S)),
         # A wider backoff than the default 5%, and four confirmations (0.7, 0.49, 0.34, 0.24 of
         # the best pass): the suite runs another worker's engines beside this one on a 2-core
         # machine, and two CI runs found this tiny engine's rate down by more than 40% between
@@ -133,7 +133,7 @@ def test_interactive_trials_run_under_the_interactive_name_and_limits(
     proc = cli(
         *("calibrate", "--benchmark", "llama3_1-8b", "--scenario", "Interactive"),
         *("--model", str(tiny_model), "--dataset", str(tiny_dataset), "--output", str(out)),
-        *("--min-duration-s", "3", "--trials", "1", "--trial-s", "6", "--start-qps", "6"),
+        *("--min-duration", "3", "--trials", "1", "--trial-s", "6", "--start-qps", "6"),
         *("--measure-samples", "48", "--max-tokens", "16", "--enforce-eager"),
         timeout=900,
     )

@@ -35,7 +35,7 @@ def test_every_calibrate_flag_reaches_its_field(tmp_path):
     args, extra = _parse(
         *("calibrate", "--benchmark", "llama2-70b", "--scenario", "Server"),
         *("--model", "m", "--dataset", "d.json", "--output", "o", "--user-conf", str(conf)),
-        *("--min-duration-s", "60", "--margin", "1.5", "--measure-samples", "50"),
+        *("--min-duration", "60", "--margin", "1.5", "--measure-samples", "50"),
         *("--start-qps", "2", "--trials", "3", "--trial-s", "5", "--trial-queries", "40"),
         *("--start-fraction", "0.5"),
         *("--backoff", "0.1", "--trial-timeout", "90", "--max-num-seqs", "8"),
@@ -164,3 +164,28 @@ def test_demo_help_states_the_sample_counts_the_code_uses():
     demo = build_parser()._subparsers._group_actions[0].choices["demo"]  # type: ignore[union-attr]
     text = " ".join(demo.format_help().split())
     assert f"default: {SMALL_SAMPLES} real model, {TINY_SAMPLES} tiny model" in text
+
+
+def test_calibrate_spells_run_options_as_run_does_and_lists_what_it_passes(capsys):
+    """calibrate's --min-duration is run's spelling; its help names every run flag it hands to
+    its runs, and each of those reaches the runs' spec."""
+    from harness.cli.calibrate import SET_BY_CALIBRATE, passed_run_flags
+    from harness.run.setup.spec import RunSpec
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["calibrate", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "--min-duration S" in help_text and "--min-duration-s" not in help_text
+    passed = passed_run_flags()
+    assert {"--max-tokens", "--stall-timeout", "--note", "--dp-routing"} <= set(passed)
+    assert all(f in help_text for f in passed)
+    flags = {how.flag(n): n for n, how in RunSpec.options()}
+    assert not {flags.get(f) for f in passed} & set(SET_BY_CALIBRATE)
+    args, extra = _parse(
+        *("calibrate", "--benchmark", "llama3_1-8b", "--scenario", "Offline"),
+        *("--model", "m", "--dataset", "d.json", "--output", "o", "--min-duration", "30"),
+        *("--max-tokens", "7", "--note", "why", "--warmup-samples", "3"),
+    )
+    req = calibrate_request(args, extra)
+    assert req.min_duration_s == 30.0 and req.run is not None
+    assert (req.run.max_tokens, req.run.note, req.run.warmup_samples) == (7, "why", 3)

@@ -240,7 +240,7 @@ def test_sigterm_ends_a_calibrate_and_its_child(tiny_model, tiny_dataset, tmp_pa
         str(tiny_dataset),
         "--output",
         str(out),
-        "--min-duration-s",
+        "--min-duration",
         "10",
         *FAST,
     )

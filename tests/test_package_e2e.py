@@ -86,7 +86,7 @@ def calibrated(tiny_model, tiny_dataset, tmp_path_factory):
         str(tiny_dataset),
         "--output",
         str(out),
-        "--min-duration-s",
+        "--min-duration",
         MIN_DURATION_S,
         "--measure-samples",
         "600",

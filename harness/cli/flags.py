@@ -59,6 +59,15 @@ class DefaultsHelpFormatter(argparse.HelpFormatter):
             action.help = "(default: %(default)s)"
         return super()._format_action(action)
 
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        """A description or epilog, wrapped without breaking a flag at its hyphens."""
+        import textwrap
+
+        text = " ".join(text.split())
+        return textwrap.fill(
+            text, width, initial_indent=indent, subsequent_indent=indent, break_on_hyphens=False
+        )
+
     def _get_help_string(self, action: argparse.Action) -> str | None:
         help_text = action.help
         if help_text and "%(default)" not in help_text and self._shows_default(action):

@@ -311,7 +311,7 @@ class RunSpec:
                 if base is not None:
                     parser.set_defaults(**{name: getattr(base, name)})
                 continue
-            kwargs = _argparse_kwargs(name, how)
+            kwargs = _argparse_kwargs(name, how, RunSpec.__dataclass_fields__[name].default)
             if base is not None:
                 value = getattr(base, name)
                 kwargs.pop("required", None)
@@ -444,7 +444,25 @@ def _text(value: Any) -> str:
     return str(value)
 
 
-def _argparse_kwargs(name: str, how: Opt) -> dict[str, Any]:
+def declared_options(cls: Any) -> Iterator[tuple[str, Opt]]:
+    """(field name, its flag) for each field of a dataclass declared with `opt()`."""
+    for f in fields(cls):
+        how = f.metadata.get(_OPT)
+        if isinstance(how, Opt):
+            yield f.name, how
+
+
+def add_declared_arguments(cls: Any, parser: Any) -> None:
+    """The flags a frozen dataclass declares with `opt()` (calibrate's request, as RunSpec's),
+    each dest the field's name; its "common" fields and those declared without a flag (values
+    the command computes) are the command's to add."""
+    for f in fields(cls):
+        how = f.metadata.get(_OPT)
+        if isinstance(how, Opt) and how.kind not in ("common", "rest"):
+            parser.add_argument(how.flag(f.name), **_argparse_kwargs(f.name, how, f.default))
+
+
+def _argparse_kwargs(name: str, how: Opt, default: Any) -> dict[str, Any]:
     if how.kind in ("switch", "negated"):  # `--no-x` keeps its dest no_x
         return {"action": "store_true", "help": how.help}
     kwargs: dict[str, Any] = {"dest": name, "help": how.help}
@@ -452,7 +470,6 @@ def _argparse_kwargs(name: str, how: Opt) -> dict[str, Any]:
         kwargs.update(action="append", default=[])
     else:
         kwargs.update(type=how.parse, required=how.required)
-        default = RunSpec.__dataclass_fields__[name].default
         if not how.required:
             kwargs["default"] = default
     if how.choices is not None:
