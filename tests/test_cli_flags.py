@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 from pathlib import Path
 
 import pytest
@@ -189,3 +190,42 @@ def test_calibrate_spells_run_options_as_run_does_and_lists_what_it_passes(capsy
     req = calibrate_request(args, extra)
     assert req.min_duration_s == 30.0 and req.run is not None
     assert (req.run.max_tokens, req.run.note, req.run.warmup_samples) == (7, "why", 3)
+
+
+def test_run_help_groups_its_flags_under_five_headings(capsys):
+    from harness.run.setup.spec import GROUPS, RunSpec
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["run", "--help"])
+    out = capsys.readouterr().out
+    headings = [out.index(f"\n{title}:\n") for title in GROUPS.values()]
+    assert headings == sorted(headings)  # inputs, engine, LoadGen, SUT, output
+    sections = out.split("\n\n")
+    for name, how in RunSpec.options():
+        if how.kind == "rest":
+            continue
+        flag = how.flag(name)
+        shown = re.compile(rf"\n  {re.escape(flag)}(\s|$)")
+        under = [s.split("\n", 1)[0] for s in sections if shown.search(s)]
+        assert under == [GROUPS[str(how.group)] + ":"], (flag, under)
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["rounds", "--bogus"], "error: unrecognized arguments: --bogus (see `mlperf-vllm rounds"),
+        (["run", "--scenario", "serverish"], "invalid choice: 'serverish'"),
+        (["calibrate"], "the following arguments are required: --benchmark"),
+        (["nosuch"], "argument command: invalid choice: 'nosuch'"),
+    ],
+)
+def test_argparse_refusals_are_one_error_line_with_a_help_hint(argv, says, capsys):
+    from harness.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        code = main(argv)
+        raise SystemExit(code)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: ") and "usage:" not in err, err
+    assert says in err and "--help`)" in err

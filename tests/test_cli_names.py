@@ -253,7 +253,7 @@ def test_help_states_defaults_once():
     assert "--warmup-samples N generate N prompts" in run and "(default: 0)" in run
     assert "(default: ours)" in run  # --dp-routing
     # None / False / empty-list defaults say nothing; a help that names its default keeps it
-    assert "--no-progress --stall-timeout" in run
+    assert "--no-progress --note" in run
     assert "(default: False)" not in run and "(default: None)" not in run
     assert "(default: [])" not in run
     assert "(default 300; 0: never)" in run and "never) (default" not in run

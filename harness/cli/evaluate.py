@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from evaluation.token_types import TOKEN_DTYPES
-from harness.cli.common import EXIT_ERROR, strict_code
+from harness.cli.common import EXIT_ERROR, add_command, strict_code
 from harness.cli.flags import (
     accuracy_level_of,
     add_accuracy_level_argument,
@@ -75,7 +75,9 @@ def add_evaluate_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_parser(sub) -> None:
-    ev = sub.add_parser("evaluate", help="score an accuracy log against the MLPerf targets")
+    ev = add_command(
+        sub, "evaluate", cmd_evaluate, help="score an accuracy log against the MLPerf targets"
+    )
     add_evaluate_arguments(ev)
     ev.add_argument(
         "--allow-pickle",

@@ -10,7 +10,7 @@ import argparse
 import copy
 import dataclasses
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from harness.errors import UsageError
 
@@ -82,6 +82,14 @@ class Parser(argparse.ArgumentParser):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", DefaultsHelpFormatter)
         super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        """argparse's refusal (a missing or unknown flag, a bad choice) as the CLI's one
+        `error:` line with where to look, exit 2: not argparse's usage block."""
+        import sys
+
+        sys.stderr.write(f"error: {' '.join(message.split())} (see `{self.prog} --help`)\n")
+        sys.exit(2)
 
 
 # --------------------------------------------------------------------------- benchmark

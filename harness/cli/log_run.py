@@ -5,13 +5,15 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from harness.cli.common import EXIT_OK
+from harness.cli.common import EXIT_OK, add_command
 from harness.cli.flags import add_mlflow_arguments, tracking_config
 from harness.errors import UsageError
 
 
 def add_parser(sub) -> None:
-    relog = sub.add_parser("log-run", help="log a finished --output folder to MLflow (again)")
+    relog = add_command(
+        sub, "log-run", cmd_log_run, help="log a finished --output folder to MLflow (again)"
+    )
     relog.add_argument("dir", type=Path, help="the --output folder of an `mlperf-vllm run`")
     relog.add_argument("--run-name", help="MLflow run name (default: benchmark scenario mode)")
     add_mlflow_arguments(relog)

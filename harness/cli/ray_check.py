@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 
-from harness.cli.common import EXIT_OK
+from harness.cli.common import EXIT_OK, add_command
 from harness.errors import UsageError
 
 
@@ -26,8 +26,10 @@ def _positive(text: str) -> int:
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser(
+    p = add_command(
+        sub,
         "ray-check",
+        cmd_ray_check,
         help="check that the Ray cluster holds a parallel layout (before a multi-node run)",
     )
     p.add_argument(

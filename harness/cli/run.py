@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-from harness.cli.common import EXIT_ERROR, strict_code
+from harness.cli.common import EXIT_ERROR, add_command, strict_code
 from harness.cli.flags import (
     Parser,
     accuracy_level_of,
@@ -22,8 +22,12 @@ from harness.run.setup.spec import RunSpec
 
 
 def add_parser(sub) -> None:
-    run = sub.add_parser(
+    run = add_command(
+        sub,
         "run",
+        cmd_run,
+        takes_extra=True,
+        starts_processes=True,
         help="one LoadGen run (performance, accuracy or both)",
         description="Unrecognised --flags are parsed as vLLM engine flags "
         "(the ones `vllm serve` takes), e.g. --max-num-seqs 256.",
@@ -32,17 +36,18 @@ def add_parser(sub) -> None:
 
 
 def _add_run_arguments(p: argparse.ArgumentParser) -> None:
-    RunSpec.add_arguments(p, COMMON_FLAGS)
-    p.add_argument(
+    groups = RunSpec.add_arguments(p, COMMON_FLAGS)
+    groups["engine"].add_argument(
         "--engine-line",
         metavar="LINES",
         help="the measured engine line for this benchmark and scenario, applied as if typed "
         "first (flags given here win): a folder of <benchmark>.<Scenario>.toml lines (e.g. "
         "user_confs/engines/h200), one such file, or a conf with `# engine` lines",
     )
-    p.add_argument("--strict", action="store_true", help="exit 3 when INVALID or accuracy FAIL")
-    add_mlflow_arguments(p)
-    add_run_name_arguments(p)
+    out = groups["output"]
+    out.add_argument("--strict", action="store_true", help="exit 3 when INVALID or accuracy FAIL")
+    add_mlflow_arguments(out)
+    add_run_name_arguments(out)
 
 
 # The run flags several commands spell alike, added by the CLI's helpers for them.

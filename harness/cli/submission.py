@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from harness.benchmarks import SCENARIOS, scenario_name
-from harness.cli.common import EXIT_OK, EXIT_STRICT
+from harness.cli.common import EXIT_OK, EXIT_STRICT, add_command
 from harness.cli.flags import (
     accuracy_level_of,
     add_accuracy_level_argument,
@@ -19,7 +19,7 @@ from harness.errors import UsageError
 
 
 def add_package_commands(sub) -> None:
-    pkg = sub.add_parser("package", help="assemble the submission folder of one run")
+    pkg = add_command(sub, "package", cmd_package, help="assemble the submission folder of one run")
     pkg.add_argument("--run", required=True, type=Path, help="an `mlperf-vllm run` --output")
     pkg.add_argument(
         "--test06",
@@ -59,8 +59,11 @@ def add_package_commands(sub) -> None:
         help="measurements.json field (repeatable)",
     )
 
-    chk = sub.add_parser(
-        "check-submission", help="apply the submission checker's rules to a submission root"
+    chk = add_command(
+        sub,
+        "check-submission",
+        cmd_check_submission,
+        help="apply the submission checker's rules to a submission root",
     )
     chk.add_argument(
         "root",
@@ -88,8 +91,11 @@ def add_package_commands(sub) -> None:
         "cannot pass the result rules)",
     )
 
-    rounds = sub.add_parser(
-        "rounds", help="the submission rounds: model folders, scenarios and seeds each accepts"
+    rounds = add_command(
+        sub,
+        "rounds",
+        cmd_rounds,
+        help="the submission rounds: model folders, scenarios and seeds each accepts",
     )
     add_benchmark_argument(
         rounds, required=False, what="say which round this benchmark is prepared for"

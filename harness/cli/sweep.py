@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from harness.cli.common import add_command
 from harness.cli.flags import add_mlflow_arguments, request_from_flags, tracking_config
 from harness.sweep.execute import run_sweep
 from harness.sweep.options import SweepOptions
@@ -15,7 +16,13 @@ from harness.sweep.report import RULES, markdown_table
 
 
 def add_parser(sub) -> None:
-    sweep = sub.add_parser("sweep", help="one-knob isolation or stacked tuning sweep of a plan")
+    sweep = add_command(
+        sub,
+        "sweep",
+        cmd_sweep,
+        starts_processes=True,
+        help="one-knob isolation or stacked tuning sweep of a plan",
+    )
     add_sweep_arguments(sweep)
     add_mlflow_arguments(sweep)
 

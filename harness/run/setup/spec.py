@@ -38,6 +38,15 @@ LOADGEN_FIELDS = {
 DEFAULT_STALL_TIMEOUT_S = 300.0  # since the last token while samples are in flight
 DEFAULT_ENGINE_START_TIMEOUT_S = 3600.0  # a cold multi-node 405B load can take many minutes
 
+# `run --help`'s headings, in order: each field's Opt names one.
+GROUPS = {
+    "inputs": "inputs: what runs, on which model and data",
+    "engine": "engine: vLLM's engine (any other --flag is one of vLLM's engine flags)",
+    "LoadGen": "LoadGen: its settings and compliance tests",
+    "SUT": "SUT: how requests reach the engine and come back",
+    "output": "output: what the run writes and logs",
+}
+
 _OPT = "run_option"  # the field metadata key of a field's flag
 
 
@@ -58,6 +67,7 @@ class Opt:
     required: bool = False
     zero_is_none: bool = False  # `0` on the command line means None (a timeout: never)
     flag_name: str | None = None  # the flag when it is not the field's name
+    group: str | None = None  # its heading in `run --help` (GROUPS)
 
     def flag(self, name: str) -> str:
         if self.flag_name:
@@ -70,7 +80,7 @@ def opt(default: Any = MISSING, **how: Any) -> Any:
     return field(default=default, metadata={_OPT: Opt(required=default is MISSING, **how)})
 
 
-def timeout_opt(default: float, flag: str, what: str) -> Any:
+def timeout_opt(default: float, flag: str, what: str, group: str) -> Any:
     """A timeout's field: seconds, `0` on the command line for never (None)."""
     return opt(
         default,
@@ -79,6 +89,7 @@ def timeout_opt(default: float, flag: str, what: str) -> Any:
         zero_is_none=True,
         flag_name=flag,
         help=f"{what} (default {default:g}; 0: never)",
+        group=group,
     )
 
 
@@ -87,21 +98,29 @@ class RunSpec:
     """One run: what it runs (benchmark, scenario, model, data, engine), how (SUT options,
     LoadGen settings on top of the user.conf, watchdogs) and where it writes."""
 
-    benchmark: str = opt(kind="common")  # a preset name (the CLI maps submission names)
-    scenario: str = opt(parse=scenario_name, choices=SCENARIOS)
-    mode: str = opt("performance", choices=MODES)
-    model: Path = opt(parse=Path, help="local checkpoint folder")
+    # a preset name (the CLI maps submission names)
+    benchmark: str = opt(kind="common", group="inputs")
+    scenario: str = opt(parse=scenario_name, choices=SCENARIOS, group="inputs")
+    mode: str = opt("performance", choices=MODES, group="inputs")
+    model: Path = opt(parse=Path, help="local checkpoint folder", group="inputs")
     dataset: Path = opt(
-        parse=Path, help="preprocessed dataset (.json, .jsonl, .parquet, .pkl with --allow-pickle)"
+        parse=Path,
+        help="preprocessed dataset (.json, .jsonl, .parquet, .pkl with --allow-pickle)",
+        group="inputs",
     )
-    output: Path = opt(parse=Path, help="folder for logs and results")
+    output: Path = opt(parse=Path, help="folder for logs and results", group="output")
     overwrite: bool = opt(
         False,
         kind="switch",
         help="replace a completed run already in --output (refused without it)",
+        group="output",
     )
-    user_conf: Path | None = opt(None, parse=Path, help="LoadGen user.conf (see user_confs/)")
-    audit_config: Path | None = opt(None, parse=Path, help="compliance audit.config (e.g. TEST06)")
+    user_conf: Path | None = opt(
+        None, parse=Path, help="LoadGen user.conf (see user_confs/)", group="LoadGen"
+    )
+    audit_config: Path | None = opt(
+        None, parse=Path, help="compliance audit.config (e.g. TEST06)", group="LoadGen"
+    )
     # After the run's tests, compliance TEST06 on the same engine (its logs in OUTPUT/TEST06):
     # one engine start for performance, accuracy and TEST06.
     test06: bool = opt(
@@ -109,6 +128,7 @@ class RunSpec:
         kind="switch",
         help="after the run's tests, compliance TEST06 on the same engine: its logs and "
         "verify_accuracy.txt in OUTPUT/TEST06 (package finds them there)",
+        group="LoadGen",
     )
     engine_args: tuple[str, ...] = opt(
         (),
@@ -116,13 +136,19 @@ class RunSpec:
         flag_name="--engine-arg",
         metavar="KEY=VALUE",
         help="any vLLM engine argument, typed by vLLM (repeatable)",
+        group="engine",
     )
-    tensor_parallel_size: int | None = opt(None, parse=int)
-    pipeline_parallel_size: int | None = opt(None, parse=int)
-    data_parallel_size: int | None = opt(None, parse=int)
-    max_tokens: int | None = opt(None, parse=int, help="override the benchmark's output cap")
+    tensor_parallel_size: int | None = opt(None, parse=int, group="engine")
+    pipeline_parallel_size: int | None = opt(None, parse=int, group="engine")
+    data_parallel_size: int | None = opt(None, parse=int, group="engine")
+    max_tokens: int | None = opt(
+        None, parse=int, help="override the benchmark's output cap", group="SUT"
+    )
     ignore_eos: bool = opt(
-        False, kind="switch", help="fixed-length outputs, for weights-free throughput runs only"
+        False,
+        kind="switch",
+        help="fixed-length outputs, for weights-free throughput runs only",
+        group="SUT",
     )
     output_lengths: str | None = opt(
         None,
@@ -130,21 +156,26 @@ class RunSpec:
         help="with --ignore-eos, performance mode: each sample's output length from this "
         "integer column of the dataset (a benchmark's output length profile with dummy "
         "weights, instead of every output --max-tokens long)",
+        group="SUT",
     )
     allow_pickle: bool = opt(
         False,
         kind="switch",
         help="allow loading .pkl datasets (unpickling runs code from the file)",
+        group="inputs",
     )
     # "99" / "99.9"; None: not chosen (the CLI resolves it by the round:
     # harness.submission.rounds.accuracy_level_for); a scored run must name it.
-    accuracy_level: str | None = opt(None, kind="common")
-    round: str | None = opt(None, kind="common")  # the round the preflight judges by
+    accuracy_level: str | None = opt(None, kind="common", group="inputs")
+    round: str | None = opt(
+        None, kind="common", group="inputs"
+    )  # the round the preflight judges by
     offline_order: str = opt(
         "arrival",
         choices=OFFLINE_ORDERS,
         help="Offline: the order the query's samples go to the engine, by prompt length "
         "(a SUT may process them in any order; default: LoadGen's)",
+        group="SUT",
     )
     prefill_policy: str | None = opt(
         None,
@@ -153,6 +184,7 @@ class RunSpec:
         "most CAP prefill tokens per step, and with xEVERY prefill on one step in EVERY while "
         "streams decode, or at once when a prompt has waited MS ms (e.g. 1024, 4096x4, "
         "8192x4@150; 0: vLLM's own scheduling)",
+        group="SUT",
     )
     dp_routing: str = opt(
         DEFAULT_ROUTING,
@@ -160,6 +192,7 @@ class RunSpec:
         help="with --data-parallel-size N > 1: who picks each request's engine: ours (the SUT "
         "sends it to the engine with the least outstanding work, prompts awaiting their prefill "
         "weighed above decodes; sut/routing.py) or vllm (vLLM's own balancer)",
+        group="SUT",
     )
     frontend: str = opt(
         DEFAULT_FRONTEND,
@@ -170,6 +203,7 @@ class RunSpec:
         "every streamed token is processed beside its engine, not in the process LoadGen "
         "calls), or auto (per-engine with --data-parallel-size > 1 and --dp-routing ours, "
         "else shared)",
+        group="SUT",
     )
     engine_stats: bool = opt(
         False,
@@ -177,6 +211,7 @@ class RunSpec:
         help="Server/Interactive: sample vLLM's scheduler stats (running, waiting, KV cache use, "
         "preemptions) into timeline.json / timeline.png (turns vLLM's stats on: some front-end "
         "work per token)",
+        group="SUT",
     )
     target_qps: float | None = opt(
         None,
@@ -185,6 +220,7 @@ class RunSpec:
         help="LoadGen's target rate on top of the user.conf: Server/Interactive target_qps, "
         "Offline offline_expected_qps (for a shell loop over rates; recorded in result.json "
         "and MLflow)",
+        group="LoadGen",
     )
     min_duration: float | None = opt(
         None,
@@ -192,9 +228,14 @@ class RunSpec:
         metavar="S",
         help="LoadGen's min_duration in seconds on top of the user.conf (below 600: not "
         "compliant, which the run says)",
+        group="LoadGen",
     )
     min_query_count: int | None = opt(
-        None, parse=int, metavar="N", help="LoadGen's min_query_count on top of the user.conf"
+        None,
+        parse=int,
+        metavar="N",
+        help="LoadGen's min_query_count on top of the user.conf",
+        group="LoadGen",
     )
     verbose: bool = opt(
         False,
@@ -202,6 +243,7 @@ class RunSpec:
         help="vLLM's own output (start-up, warnings) on the terminal as well; without it, it "
         "goes to OUTPUT/engine.log once the engine started (a failed start's to "
         "OUTPUT/engine_start.log, with its root cause on the terminal)",
+        group="output",
     )
     profile: str | None = opt(
         None,
@@ -210,6 +252,7 @@ class RunSpec:
         "skipping its first SKIP steps: traces, vLLM's kernel tables and a summary (step time, "
         "device busy share, kernel time by category) in OUTPUT/profile; result.json records "
         "it under `profile`. A diagnostic: writing the traces stalls the engine a moment",
+        group="engine",
     )
     warmup_samples: int = opt(
         0,
@@ -217,45 +260,56 @@ class RunSpec:
         metavar="N",
         help="generate N prompts before the LoadGen test, untimed: the dataset's lengths, "
         "none of its prompts (the first passes pay for kernel selection and graph capture)",
+        group="SUT",
     )
     price_per_hour: float | None = opt(
         None,
         parse=float,
         metavar="DOLLARS",
         help="hourly price of the machine: results also carry dollars per million output tokens",
+        group="output",
     )
     nltk_data: Path | None = opt(
         None,
         parse=Path,
         help="NLTK data folder holding tokenizers/punkt_tab (default: one on $NLTK_DATA, "
         "else the packaged model)",
+        group="output",
     )
-    evaluate: bool = opt(True, kind="negated", help="keep the accuracy log unscored")
-    progress: bool = opt(True, kind="negated")
+    evaluate: bool = opt(
+        True, kind="negated", help="keep the accuracy log unscored", group="output"
+    )
+    progress: bool = opt(True, kind="negated", group="output")
     # No token for this long while samples are in flight fails the run (None: never).
     stall_timeout_s: float | None = timeout_opt(
         DEFAULT_STALL_TIMEOUT_S,
         "--stall-timeout",
         "fail the run when samples are in flight and the engine produced nothing for S seconds",
+        group="SUT",
     )
     engine_start_timeout_s: float | None = timeout_opt(
         DEFAULT_ENGINE_START_TIMEOUT_S,
         "--engine-start-timeout",
         "fail the run when the engine has not started after S seconds",
+        group="engine",
     )
     submission: bool = opt(
         False,
         kind="switch",
         help="refuse (exit 2) a run whose settings cannot give a valid submission "
         "result; without it they are reported in one warning line",
+        group="inputs",
     )
     note: str | None = opt(
         None,
         metavar="TEXT",
         help="free text about the run (why it ran, what changed since the last one), recorded "
         "in result.json under spec.note; calibrate hands it to each of its runs",
+        group="output",
     )
-    engine_flags: tuple[str, ...] = opt((), kind="rest")  # vLLM's flags as typed (`vllm serve`)
+    engine_flags: tuple[str, ...] = opt(
+        (), kind="rest", group="engine"
+    )  # vLLM's flags as typed (`vllm serve`)
 
     # ----------------------------------------------------------------- derived
 
@@ -296,18 +350,23 @@ class RunSpec:
         parser: Any,
         common: Mapping[str, Callable[[Any], None]],
         base: RunSpec | None = None,
-    ) -> None:
+    ) -> dict[str, Any]:
         """Every run flag on `parser` (an argparse parser); `common`: for each "common" field,
         the CLI's helper that adds the flag several commands spell alike (--benchmark).
         With `base`, the flags of a partial spec over it: none required, each defaulting to
         `base`'s value; a common field left out of `common` is `base`'s (the command owns its
-        flag)."""
+        flag). The flags go under their GROUPS headings, which are returned (a command adds
+        its own flags under them)."""
+        groups = {key: parser.add_argument_group(title) for key, title in GROUPS.items()}
         for name, how in cls.options():
             if how.kind == "rest":
                 continue
+            if how.group not in groups:
+                raise TypeError(f"RunSpec.{name}: group {how.group!r} is none of {list(GROUPS)}")
+            under = groups[how.group]
             if how.kind == "common":
                 if base is None or name in common:
-                    common[name](parser)
+                    common[name](under)
                 if base is not None:
                     parser.set_defaults(**{name: getattr(base, name)})
                 continue
@@ -322,7 +381,8 @@ class RunSpec:
                 elif value is None and how.zero_is_none:
                     value = 0
                 kwargs["default"] = value
-            parser.add_argument(how.flag(name), **kwargs)
+            under.add_argument(how.flag(name), **kwargs)
+        return groups
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any], engine_flags: Sequence[str]) -> RunSpec:
