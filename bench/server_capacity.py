@@ -76,7 +76,7 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
 def start_engine(args, work: Path, overrides: dict, logs: Path | None = None):
     """prepare() the run the arguments describe and start its one engine: (TrialEngine, prep)."""
     from harness.calibrate.trials import TrialEngine
-    from harness.run.execute.runner import prepare
+    from harness.run.setup.prepare import prepare
     from harness.run.setup.spec import RunSpec
     from sut.engine import engine_arg_pairs
 

@@ -314,7 +314,7 @@ _PREFLIGHT_OF_RUN = textwrap.dedent("""
     import json, sys
     from harness.cli import build_parser
     from harness.cli.run import run_spec
-    from harness.run.execute.runner import prepare
+    from harness.run.setup.prepare import prepare
     from harness.submission.preflight import settings_check
     from harness.submission.rounds import choose_round
 

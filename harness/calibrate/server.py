@@ -53,7 +53,7 @@ def calibrate_server(
     """The conf lines of a Server / Interactive calibration, the target they set and the
     calibration's record (written to calibration.json, also when no trial passed)."""
     from harness.calibrate.trials import TrialEngine, bounded_search
-    from harness.run.execute.runner import prepare
+    from harness.run.setup.prepare import prepare
 
     limits = bench.server_limits
     if limits is None:

@@ -24,10 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from harness.calibrate.record import TrialResult
-from harness.run.execute.runner import PreparedRun, add_latency_fields, run_identity
+from harness.run.execute.runner import add_latency_fields, run_identity
 from harness.run.execute.session import EngineSession
 from harness.run.record.logs import parse_detail_log, performance_result
 from harness.run.record.timeline import judge_sustained, judge_trial, write_timeline
+from harness.run.setup.prepare import PreparedRun
 from harness.run.setup.settings import audit_path_for, build_log_settings
 from sut.engine import resolved_engine_args
 

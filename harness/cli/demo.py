@@ -113,8 +113,9 @@ def ensure_assets(cache: Path, samples: int | None, tiny: bool) -> DemoAssets:
 def run_demo(args: argparse.Namespace) -> int:
     from harness import tracking
     from harness.folder_lock import one_writer
-    from harness.run.execute.runner import prepare, run
+    from harness.run.execute.runner import run
     from harness.run.record.summary import render_result
+    from harness.run.setup.prepare import prepare
     from harness.run.setup.spec import RunSpec
     from harness.submission.preflight import settings_check
     from harness.submission.rounds import accuracy_level_for

@@ -79,8 +79,9 @@ def partial_run_spec(base: RunSpec, flags: list[str]) -> RunSpec:
 def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
     from harness import tracking
     from harness.folder_lock import one_writer
-    from harness.run.execute.runner import prepare, run
+    from harness.run.execute.runner import run
     from harness.run.record.summary import render_result
+    from harness.run.setup.prepare import prepare
     from harness.submission.compliance import verify_test06_run
     from harness.submission.preflight import settings_check
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,7 @@ from harness.run.record.engine_log import (
     root_cause,
     route_vllm_logger,
 )
+from harness.run.setup.prepare import PreparedRun, uses_offline_sut
 from harness.run.setup.ray_cluster import mark_ray_workers
 from sut.engine import vllm_reason
 from sut.lifecycle import DEFAULT_STOP_TIMEOUT_S, INTERRUPT_STOP_TIMEOUT_S, EngineStartTimeout
@@ -66,27 +67,15 @@ def still_going(
         done.set()
 
 
-def uses_offline_sut(
-    scenario: str, engine_kwargs: Mapping[str, Any], frontend: str = "shared"
-) -> bool:
-    """Offline on one engine runs `vllm.LLM`; everything else `AsyncLLM`, in this process or
-    in one front-end process per engine (see build_sut)."""
-    return (
-        scenario == "Offline"
-        and int(engine_kwargs.get("data_parallel_size") or 1) == 1
-        and frontend == "shared"
-    )
-
-
-def build_sut(prep: Any) -> Any:
-    """The SUT for the scenario of `prep` (a PreparedRun), its engine started. Offline: `vllm.LLM` and its request loop;
+def build_sut(prep: PreparedRun) -> Any:
+    """The SUT for the scenario of `prep`, its engine started. Offline: `vllm.LLM` and its request loop;
     everything else: the streaming SUT over `AsyncLLM`. The SUT owns its engine: `stop()`."""
     req = prep.request
     scenario = req.scenario
     if prep.cluster is not None:
         mark_ray_workers()  # the workers Ray starts for this run carry its owner token
     # what both SUTs take: the engine, the prompts, sampling and the run's own options
-    common = {
+    common: dict[str, Any] = {
         "progress": req.progress,
         "name": scenario,
         "start_timeout_s": req.engine_start_timeout_s,
@@ -113,13 +102,13 @@ def build_sut(prep: Any) -> Any:
 
 
 class EngineSession:
-    """The engine of `prep` (harness.run.execute.runner.PreparedRun, which imports this module) with its
+    """The engine of `prep` (harness.run.setup.prepare.PreparedRun) with its
     QSL: `start()`, `test()` as often as needed, `close()`.
 
     `folder` takes vLLM's output (`engine.log`, or `engine_start.log` for a failed start);
     `qsl_samples`: the samples the QSL reports as its performance count (None: all)."""
 
-    def __init__(self, prep: Any, folder: Path, qsl_samples: int | None = None) -> None:
+    def __init__(self, prep: PreparedRun, folder: Path, qsl_samples: int | None = None) -> None:
         self.prep = prep
         self.folder = folder
         self.qsl_samples = qsl_samples
