@@ -212,7 +212,7 @@ def test_a_tag_without_key_and_value_is_refused_in_one_line(capsys, bad):
 
 def test_the_mlflow_run_gets_the_name_and_tags(monkeypatch, tmp_path):
     """cmd_run hands --run-name and --tag to the MLflow run (stopped before anything runs)."""
-    import harness.run.execute.runner
+    import harness.run.setup.prepare
     from harness import tracking
 
     seen: dict = {}
@@ -226,7 +226,7 @@ def test_the_mlflow_run_gets_the_name_and_tags(monkeypatch, tmp_path):
         raise Stop
         yield
 
-    monkeypatch.setattr(harness.run.execute.runner, "prepare", lambda req: None)
+    monkeypatch.setattr(harness.run.setup.prepare, "prepare", lambda req: None)
     monkeypatch.setattr(tracking, "check_reachable", lambda cfg: None)
     monkeypatch.setattr(tracking, "tracked_run", fake_tracked_run)
     out = str(tmp_path / "o")
