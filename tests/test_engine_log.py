@@ -59,3 +59,34 @@ def test_vllms_import_time_line_waits_for_the_runs_engine_log(tmp_path):
 def test_verbose_keeps_it_on_the_terminal(tmp_path):
     screen, log = _run(tmp_path, "verbose")
     assert "Disabling Triton." in screen and "Disabling Triton" not in log
+
+
+def test_the_session_adds_vllms_first_line_to_an_engine_death_in_any_test(tmp_path):
+    """A run's test and a calibration's trial both go through EngineSession.test: the line of
+    an engine that died carries what vLLM logged first, once, and never for a full disk."""
+    from types import SimpleNamespace
+
+    from harness.run.execute.loadgen_call import EngineFailure, OutputFull
+    from harness.run.execute.session import EngineSession
+
+    logged = "(EngineCore_DP0 pid=7) ERROR 11-29 05:00:00 [core.py:1] CUDA error: out of memory\n"
+
+    class Held:
+        def fatal(self) -> None:
+            return None
+
+        def recent(self) -> str:
+            return logged
+
+        def close(self) -> None:
+            pass
+
+    prep = SimpleNamespace(request=SimpleNamespace(verbose=False))
+    session = EngineSession(prep, tmp_path)  # type: ignore[arg-type]
+    session._log = Held()  # type: ignore[assignment]
+    died = EngineFailure("Server test: the engine died: EngineDeadError")
+    assert session._said_first_about(died) == "CUDA error: out of memory"
+    assert session._said_first_about(OutputFull("the output's file system is full")) is None
+    assert session._said_first_about(KeyboardInterrupt()) is None
+    already = EngineFailure("the engine died: CUDA error: out of memory")
+    assert session._said_first_about(already) is None

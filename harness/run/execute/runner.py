@@ -22,7 +22,7 @@ from harness.datasets import (
 )
 from harness.errors import UsageError
 from harness.resources import require_shipped
-from harness.run.execute.loadgen_call import EngineFailure, OutputFull
+from harness.run.execute.loadgen_call import EngineFailure
 from harness.run.execute.session import EngineSession
 from harness.run.execute.warmup import warm_up
 from harness.run.record.cost import add_cost
@@ -286,20 +286,12 @@ def _run_on_engine(
             result.write(result_path)
     except BaseException as exc:
         result.status = ending_status(exc)
+        # an engine that died in a test: the session's line already carries what vLLM said
         result.error = f"{type(exc).__name__}: {exc}"
-        engine_died = isinstance(exc, EngineFailure) and not isinstance(exc, OutputFull)
-        said = session.first_said() if engine_died else None
-        if said and said in str(exc):
-            said = None  # the watchdog's own reason already (a worker's death, as vLLM logged it)
-        # the engine died mid-run: its front end only heard "EngineDeadError"
-        why = f" (vLLM logged first: {said})" if said else ""
-        result.error += why
         keep_stats(mode)
         write_after_failure(result, result_path)
         if isinstance(exc, (KeyboardInterrupt, EngineFailure)):
-            session.stop_quickly()
-        if why:
-            raise EngineFailure(f"{exc}{why}") from exc
+            session.stop_quickly()  # also when it came between the session's tests
         raise
 
 

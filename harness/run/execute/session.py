@@ -26,6 +26,7 @@ from typing import Any
 from harness import files
 from harness.run.execute.loadgen_call import (
     EngineFailure,
+    OutputFull,
     failure_of,
     loadgen_still_running,
     run_loadgen_test,
@@ -216,9 +217,21 @@ class EngineSession:
                 sut.end_progress()
             if sut.error is not None:
                 raise failure_of(label, sut.error)
-        except (KeyboardInterrupt, EngineFailure):
+        except (KeyboardInterrupt, EngineFailure) as exc:
             self.stop_quickly()  # interrupted, or the engine failed: nothing to drain
+            said = self._said_first_about(exc)
+            if said is not None:  # for a run and a calibration's trial alike
+                raise EngineFailure(f"{exc} (vLLM logged first: {said})") from exc
             raise
+
+    def _said_first_about(self, exc: BaseException) -> str | None:
+        """vLLM's own first line about an engine that died during a test (its front end only
+        heard "EngineDeadError"); None when the failure's line already says it (the watchdog
+        quotes a worker's death as vLLM logged it) or it was no engine's death."""
+        if not isinstance(exc, EngineFailure) or isinstance(exc, OutputFull):
+            return None
+        said = self.first_said()
+        return None if not said or said in str(exc) else said
 
     def fatal(self) -> str | None:
         """vLLM's line for a lost worker or peer, once its processes printed one."""
