@@ -6,6 +6,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 from harness.cli.common import EXIT_OK, add_command
+from harness.cli.engine_line import add_engine_line_argument
 from harness.cli.flags import add_benchmark_argument, request_from_flags
 
 if TYPE_CHECKING:
@@ -55,13 +56,7 @@ def add_parser(sub) -> None:
     )
     add_benchmark_argument(cal)
     add_declared_arguments(CalibrateRequest, cal)  # each option declared once, in the request
-    cal.add_argument(
-        "--engine-line",
-        metavar="LINES",
-        help="the measured engine line for this benchmark and scenario, applied as if typed "
-        "first (flags given here win): a folder of <benchmark>.<Scenario>.toml lines (e.g. "
-        "user_confs/engines/h200), one such file, or a conf with `# engine` lines",
-    )
+    add_engine_line_argument(cal)
 
 
 def calibrate_request(args: argparse.Namespace, extra: list[str]) -> CalibrateRequest:

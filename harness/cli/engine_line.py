@@ -25,6 +25,7 @@ from __future__ import annotations
 import re
 import shlex
 from pathlib import Path
+from typing import Any
 
 from harness.errors import UsageError
 
@@ -173,3 +174,15 @@ def expand(
     at = rest.index(command) + 1
     note = f"engine line {benchmark}.{scenario} from {conf}: {shlex.join(flags) or '(no flags)'}"
     return rest[:at] + flags + rest[at:], note
+
+
+def add_engine_line_argument(p: Any) -> None:
+    """--engine-line, one declaration for `run` and `calibrate` (expanded by `expand` before
+    either parses its flags for good)."""
+    p.add_argument(
+        "--engine-line",
+        metavar="LINES",
+        help="the measured engine line for this benchmark and scenario, applied as if typed "
+        "first (flags given here win): a folder of <benchmark>.<Scenario>.toml lines (e.g. "
+        "user_confs/engines/h200), one such file, or a conf with `# engine` lines",
+    )

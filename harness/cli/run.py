@@ -7,6 +7,7 @@ import argparse
 from collections.abc import Callable
 
 from harness.cli.common import EXIT_ERROR, add_command, strict_code
+from harness.cli.engine_line import add_engine_line_argument
 from harness.cli.flags import (
     Parser,
     accuracy_level_of,
@@ -37,13 +38,7 @@ def add_parser(sub) -> None:
 
 def _add_run_arguments(p: argparse.ArgumentParser) -> None:
     groups = RunSpec.add_arguments(p, COMMON_FLAGS)
-    groups["engine"].add_argument(
-        "--engine-line",
-        metavar="LINES",
-        help="the measured engine line for this benchmark and scenario, applied as if typed "
-        "first (flags given here win): a folder of <benchmark>.<Scenario>.toml lines (e.g. "
-        "user_confs/engines/h200), one such file, or a conf with `# engine` lines",
-    )
+    add_engine_line_argument(groups["engine"])
     out = groups["output"]
     out.add_argument("--strict", action="store_true", help="exit 3 when INVALID or accuracy FAIL")
     add_mlflow_arguments(out)
