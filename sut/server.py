@@ -74,9 +74,14 @@ from sut.engine_pool import EnginePool
 from sut.engine_stats import WARMUP_PREFIX
 from sut.frontend import DEFAULT_FRONTEND, FrontendError, resolve_frontend
 from sut.ledger import Ledger
-from sut.lifecycle import DEFAULT_STOP_TIMEOUT_S, EngineStartTimeout, EngineSUT
+from sut.lifecycle import (
+    DEFAULT_STOP_TIMEOUT_S,
+    SEGMENT_LOOK_S,
+    EngineStartTimeout,
+    EngineSUT,
+)
 from sut.progress import Progress
-from sut.reaper import descendants, new_processes, reap
+from sut.reaper import EngineSegments, descendants, new_processes, reap
 from sut.routing import (
     DEFAULT_ROUTING,
     LeastWorkRouter,
@@ -148,6 +153,8 @@ class ServerSUT(EngineSUT):
         self.stats = ServerStats()
         self._engine: Any = None
         self._engine_procs: list[Any] = []
+        # the engine's /dev/shm segments, removed once its processes are gone
+        self._segments = EngineSegments()
         self._pool_size = 0  # engines behind a sut.engine_pool front end (0: an AsyncLLM)
         self._closed = False
         self._tasks: set[asyncio.Task] = set()
@@ -173,7 +180,7 @@ class ServerSUT(EngineSUT):
         before = {p.pid for p in descendants()}
         build = asyncio.run_coroutine_threadsafe(self._build(engine_factory), self._loop)
         try:
-            build.result(start_timeout_s)
+            self._await_build(build, before, start_timeout_s)
         except BaseException as exc:
             if build.done():
                 self.stop()
@@ -181,6 +188,7 @@ class ServerSUT(EngineSUT):
                 self._closed = True
                 build.cancel()
                 reap(new_processes(before))
+                self._segments.remove()
             if isinstance(exc, concurrent.futures.TimeoutError):
                 raise EngineStartTimeout(
                     f"the {name} engine did not start within {start_timeout_s:g} s: raise "
@@ -189,6 +197,23 @@ class ServerSUT(EngineSUT):
             raise
         self._loop.call_soon_threadsafe(self._start_watchdog)
         self.handle = lg.ConstructSUT(self.issue_queries, self.flush_queries)
+
+    def _await_build(
+        self, build: concurrent.futures.Future, before: set[int], timeout_s: float | None
+    ) -> None:
+        """`build.result(timeout_s)`, noting the starting engine's shared-memory segments
+        every half second meanwhile (a start that fails or is given up on leaves them)."""
+        t0 = time.monotonic()
+        while True:
+            left = None if timeout_s is None else timeout_s - (time.monotonic() - t0)
+            wait = SEGMENT_LOOK_S if left is None else max(0.0, min(SEGMENT_LOOK_S, left))
+            try:
+                build.result(wait)
+                return
+            except concurrent.futures.TimeoutError:
+                self._segments.note(new_processes(before))
+                if left is not None and left <= SEGMENT_LOOK_S:
+                    raise
 
     @classmethod
     def create(
@@ -305,6 +330,7 @@ class ServerSUT(EngineSUT):
             # reap the ones vLLM leaves behind: when the engine core is killed outright, its
             # worker is orphaned and keeps running.
             self._engine_procs = new_processes(before)
+            self._segments.note(self._engine_procs, force=True)
 
     def _routing_name(self) -> str | None:
         parallel = getattr(self.vllm_config, "parallel_config", None)
@@ -592,6 +618,7 @@ class ServerSUT(EngineSUT):
         t0 = time.monotonic()
         if self.error is not None:  # a failed engine gets little time before it is killed
             timeout_s = min(timeout_s, FAILED_ENGINE_GRACE_S)
+        self._segments.note(self._engine_procs, force=True)
         if self._thread.is_alive() and not self._loop.is_closed():
             if self._engine is not None or self._tasks:
                 try:
@@ -609,6 +636,7 @@ class ServerSUT(EngineSUT):
         routine = self.error is None  # not after a failure, which the warning helps to read
         self._fail_outstanding()
         reap(self._engine_procs, routine=routine)
+        self._segments.remove()
         log.info("server SUT stopped in %.1f s", time.monotonic() - t0)
         self._destroy_handle()
         self._progress.close()

@@ -97,6 +97,11 @@ def cmd_calibrate(args: argparse.Namespace, extra: list[str]) -> int:
     from harness.folder_lock import one_writer
 
     req = calibrate_request(args, extra)
-    with one_writer(args.output, "--output"):  # its runs lock their own subfolders
-        calibrate(req)
+    from harness.proc.children import warn_if_left
+
+    try:
+        with one_writer(args.output, "--output"):  # its runs lock their own subfolders
+            calibrate(req)
+    finally:
+        warn_if_left("the calibration's trials")
     return EXIT_OK

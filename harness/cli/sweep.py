@@ -138,9 +138,13 @@ def cmd_sweep(args: Any) -> int:
             flush=True,
         )
     from harness.folder_lock import one_writer
+    from harness.proc.children import warn_if_left
 
-    with one_writer(output, "--output"):  # each configuration's run locks its own subfolder
-        sweep = run_sweep(args.plan, opts, cfg)
+    try:
+        with one_writer(output, "--output"):  # each configuration's run locks its own subfolder
+            sweep = run_sweep(args.plan, opts, cfg)
+    finally:
+        warn_if_left("the sweep's runs")
     print(markdown_table(sweep.rows, opts.kind))
     print(RULES)
     print(f"sweep results: {output / 'sweep.md'} {output / 'sweep.csv'} {output / 'sweep.png'}")
