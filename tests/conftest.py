@@ -65,6 +65,64 @@ def pytest_configure(config):
         os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", str(cores[int(worker[2:]) % len(cores)]))
 
 
+# --- nothing left behind ---------------------------------------------------------------------
+# Each pytest process (each xdist worker) watches what its own descendants put in /dev/shm and
+# which processes they start (tests/leftovers.py); a module that leaves a segment or a process
+# behind fails at its last test's teardown, naming what it left, which is then removed.
+
+_WATCH_KEY = pytest.StashKey["object"]()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session):
+    from leftovers import LeftoverWatch
+
+    watch = LeftoverWatch()
+    watch.start()
+    session.config.stash[_WATCH_KEY] = watch
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    watch = item.config.stash.get(_WATCH_KEY, None)
+    if watch is not None:
+        watch.module = item.module.__name__
+
+
+@pytest.fixture(scope="module", autouse=True)
+def nothing_left_behind(request):
+    """Fails the module's last test when the module left a /dev/shm segment or a process."""
+    yield
+    watch = request.config.stash.get(_WATCH_KEY, None)
+    if watch is None:
+        return
+    problem = watch.check(request.module.__name__)
+    if problem:
+        pytest.fail(problem, pytrace=False)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """The session as a whole: anything of ours still in /dev/shm (a session fixture's, or a
+    module's that its check did not catch) fails the run."""
+    watch = session.config.stash.get(_WATCH_KEY, None)
+    if watch is None:
+        return
+    watch.stop()
+    problem = watch.check(None)
+    if problem:
+        session.config.stash[_LEFT_KEY] = problem
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+_LEFT_KEY = pytest.StashKey[str]()
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    problem = config.stash.get(_LEFT_KEY, None)
+    if problem:
+        terminalreporter.write_line(f"FAILED: {problem}", red=True)
+
+
 @pytest.fixture(scope="session")
 def nltk_root(tmp_path_factory) -> str:
     """An NLTK data folder for reference computations with `nltk.sent_tokenize`: NLTK's own
