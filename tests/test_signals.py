@@ -294,7 +294,7 @@ def test_sigkill_of_the_main_process_leaves_no_shared_memory_of_its_engine():
         segment = f"/dev/shm/{name}"
         assert name.startswith("psm_") and os.path.exists(segment), name
         family = psutil.Process(proc.pid).children(recursive=True)
-        time.sleep(6.5)  # the guard notes the family's segments every 5 s (SHM_SCAN_S)
+        time.sleep(2.5)  # the guard notes a new segment at its next look (POLL_S)
         proc.kill()
         proc.wait(10)
         wait_for(lambda: not alive(family), 20, "the dead command's processes to be stopped")

