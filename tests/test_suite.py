@@ -4,6 +4,7 @@ budget in its docstring, which `make test` orders its groups by (conftest)."""
 from __future__ import annotations
 
 import ast
+import os
 import re
 import shutil
 import subprocess
@@ -32,7 +33,7 @@ def test_a_group_runs_on_one_worker(tmp_path):
     suite's own grouping hook: pytest 9.2 stores a test's id where xdist 3.8 cannot append its
     `@group` suffix, and then every test went to whichever worker was free, each worker making
     the session's shared runs again (about three minutes of a `make test`)."""
-    shutil.copy(TESTS / "conftest.py", tmp_path / "conftest.py")
+    _copy_conftest(tmp_path)
     (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    e2e: x\n    mlflow: x\n")
     tests = "".join(f"def test_{n}():\n    time.sleep(0.2)\n\n" for n in "abcdef")
     body = f"import time\nimport pytest\n\npytestmark = pytest.mark.e2e\n\n{tests}"
@@ -50,3 +51,69 @@ def test_a_group_runs_on_one_worker(tmp_path):
     assert len(ran) == 6, proc.stdout[-3000:]
     assert len({w for w, _ in ran}) == 1, ran
     assert all(nodeid.endswith("@test_grouped") for _, nodeid in ran), ran
+
+
+def _copy_conftest(where: Path) -> None:
+    for name in ("conftest.py", "leftovers.py"):  # the guard's watcher beside it
+        shutil.copy(TESTS / name, where / name)
+
+
+# A test that leaves a /dev/shm segment behind: a process of its own makes one that only it
+# would unlink (as an engine core's queue) and exits without doing so.
+LEAKY = """
+import subprocess, sys
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+MAKER = (
+    "import os, time\\n"
+    "from multiprocessing import resource_tracker, shared_memory\\n"
+    "shm = shared_memory.SharedMemory(create=True, size=1 << 16)\\n"
+    "resource_tracker.unregister(shm._name, 'shared_memory')\\n"
+    "time.sleep(1.5)\\n"
+    "os._exit(0)\\n"
+)
+
+
+def test_leaves_a_segment():
+    subprocess.run([sys.executable, "-c", MAKER], check=True)
+"""
+CLEAN = """
+import time
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+
+def test_clean():
+    time.sleep(3)
+"""
+
+
+def test_a_module_that_leaves_a_segment_fails_by_name_beside_a_clean_one(tmp_path):
+    """The guard under xdist, two workers: the leaky module fails at its teardown naming the
+    segment it left (which is then removed); the clean module beside it passes."""
+    _copy_conftest(tmp_path)
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    e2e: x\n    mlflow: x\n")
+    (tmp_path / "test_leaky.py").write_text(LEAKY)
+    (tmp_path / "test_clean.py").write_text(CLEAN)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-v", "-n", "2", "--dist", "loadgroup"]
+        + ["-p", "no:cacheprovider", "-p", "no:randomly", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env={**os.environ, "LEFTOVER_SETTLE_S": "1"},
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out[-3000:]
+    assert re.search(r"PASSED \S*test_clean\.py::test_clean", out), out[-3000:]
+    assert re.search(r"ERROR \S*test_leaky\.py::test_leaves_a_segment", out), out[-3000:]
+    assert "test_leaky left behind:" in out and "test_clean left behind" not in out, out[-3000:]
+    made = set(re.findall(r"/dev/shm/(psm_\w+) \(0 MB\)", out))
+    assert len(made) == 1, out[-3000:]
+    assert not Path(f"/dev/shm/{made.pop()}").exists()  # removed by the guard
