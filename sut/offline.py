@@ -296,10 +296,12 @@ class OfflineSUT(EngineSUT):
 
         self._segments.note(self._engine_procs, force=True)
         threading.Thread(target=target, name="engine-shutdown", daemon=True).start()
-        if not done.wait(timeout_s):
-            log.error("engine shutdown did not finish within %.0f s", timeout_s)
-        reap(self._engine_procs, routine=self.error is None and done.is_set())
-        self._segments.remove()
+        try:
+            if not done.wait(timeout_s):
+                log.error("engine shutdown did not finish within %.0f s", timeout_s)
+        finally:  # an interrupt while waiting still leaves nothing of the engine
+            reap(self._engine_procs, routine=self.error is None and done.is_set())
+            self._segments.remove()
 
 
 def _name(proc: Any) -> str:

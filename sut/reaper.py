@@ -166,6 +166,9 @@ class EngineSegments:
     def __init__(self) -> None:
         self.paths: set[str] = set()
         self._names = present_segments()
+        # The engine's processes register their segments with this process's resource tracker
+        # only when it ran before they started (else, forked, each starts its own).
+        self._tracker = _tracker_pid()
 
     def note(self, procs: Sequence[Any], *, force: bool = False) -> None:
         """Note what `procs` map, when a segment appeared since the last look (or `force`)."""
@@ -188,23 +191,33 @@ class EngineSegments:
             with contextlib.suppress(OSError):
                 os.unlink(path)
                 removed.append(path)
-                if ours:
+                if ours and self._tracker is not None and self._tracker == _tracker_pid():
                     _forget(path)
         if removed:
             log.info("removed %d shared-memory segment(s) left behind: %s", len(removed), removed)
         return removed
 
 
-def _forget(path: str) -> None:
-    """Take a segment we unlinked off this process's resource tracker, where the engine's
-    processes (started by it, sharing its tracker) registered it: else the tracker warns at
-    exit about a leak and then about a segment it cannot find."""
+def _tracker_pid() -> int | None:
+    """The pid of the resource tracker this process started, None when it started none."""
     try:
         from multiprocessing import resource_tracker
 
         tracker = resource_tracker._resource_tracker
-        if getattr(tracker, "_fd", None) is None or getattr(tracker, "_pid", None) is None:
-            return  # no tracker of ours runs: nothing registered it here
+        if getattr(tracker, "_fd", None) is None:
+            return None
+        return getattr(tracker, "_pid", None)
+    except Exception:  # another Python's internals: no tracker to speak of
+        return None
+
+
+def _forget(path: str) -> None:
+    """Take a segment we unlinked off this process's resource tracker, where the engine's
+    processes (sharing the tracker that ran when they started) registered it: else the
+    tracker warns at exit about a leak and then about a segment it cannot find."""
+    try:
+        from multiprocessing import resource_tracker
+
         resource_tracker.unregister("/" + os.path.basename(path), "shared_memory")
     except Exception:  # a tracker gone or of another Python: nothing to tell it
         return

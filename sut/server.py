@@ -619,24 +619,26 @@ class ServerSUT(EngineSUT):
         if self.error is not None:  # a failed engine gets little time before it is killed
             timeout_s = min(timeout_s, FAILED_ENGINE_GRACE_S)
         self._segments.note(self._engine_procs, force=True)
-        if self._thread.is_alive() and not self._loop.is_closed():
-            if self._engine is not None or self._tasks:
-                try:
-                    self._call(self._close(), timeout=timeout_s)
-                except concurrent.futures.TimeoutError:
-                    log.error("engine shutdown did not finish within %.0f s", timeout_s)
-                except RuntimeError as exc:
-                    log.error("engine shutdown did not finish cleanly: %s", describe_error(exc))
+        try:
+            if self._thread.is_alive() and not self._loop.is_closed():
+                if self._engine is not None or self._tasks:
+                    try:
+                        self._call(self._close(), timeout=timeout_s)
+                    except concurrent.futures.TimeoutError:
+                        log.error("engine shutdown did not finish within %.0f s", timeout_s)
+                    except RuntimeError as exc:
+                        log.error("engine shutdown did not finish cleanly: %s", describe_error(exc))
+                self._closed = True
+                with contextlib.suppress(RuntimeError):
+                    self._loop.call_soon_threadsafe(self._loop.stop)
+                self._thread.join(timeout=timeout_s)
+        finally:  # an interrupt while waiting still leaves nothing of the engine
             self._closed = True
-            with contextlib.suppress(RuntimeError):
-                self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(timeout=timeout_s)
-        self._closed = True
-        self._stopped = True
-        routine = self.error is None  # not after a failure, which the warning helps to read
-        self._fail_outstanding()
-        reap(self._engine_procs, routine=routine)
-        self._segments.remove()
+            self._stopped = True
+            routine = self.error is None  # not after a failure, which the warning helps read
+            self._fail_outstanding()
+            reap(self._engine_procs, routine=routine)
+            self._segments.remove()
         log.info("server SUT stopped in %.1f s", time.monotonic() - t0)
         self._destroy_handle()
         self._progress.close()
