@@ -318,3 +318,14 @@ def test_the_command_runs_its_exit_handlers_and_keeps_its_exit_code():
         timeout=120,
     )
     assert refused.returncode == 2 and "handler ran" in refused.stdout, refused.stderr
+
+
+def test_every_command_help_ends_with_its_exit_codes() -> None:
+    """Each command's --help names its exit codes; the ones with --strict or a failing verdict
+    name 3, and every one names 2 for bad input."""
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    for name in sub.choices:
+        text = _help(name)
+        assert "exit codes: 0 " in text and "2 bad input" in text, name
+    for name in ("run", "evaluate", "check-submission", "compliance"):
+        assert "; 3 " in _help(name), name

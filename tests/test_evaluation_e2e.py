@@ -190,6 +190,29 @@ def test_cli_evaluate_writes_reports(accuracy_run: dict[str, Path], tmp_path: Pa
     assert (out / "accuracy.txt").read_text().rstrip().splitlines()[-1].startswith("hash=")
 
 
+def test_cli_evaluate_strict_exits_3_on_fail(accuracy_run: dict[str, Path], tmp_path: Path) -> None:
+    """The tiny model's summaries FAIL by design: evaluate says so and exits 0, and with
+    --strict exits 3 (as run --strict), with the reports written either way."""
+    args = [
+        "evaluate",
+        "--benchmark",
+        "llama3_1-8b",
+        "--accuracy-log",
+        str(accuracy_run["log"]),
+        "--dataset",
+        str(accuracy_run["dataset"]),
+        "--tokenizer",
+        str(accuracy_run["model"]),
+        "--output",
+        str(tmp_path / "eval"),
+        "--no-mlflow",
+    ]
+    result = harness_cli(*args, "--strict")
+    assert json.loads((tmp_path / "eval" / "accuracy.json").read_text())["passed"] is False
+    assert result.returncode == 3, result.stderr
+    assert "FAIL" in result.stdout
+
+
 @pytest.mark.parametrize("problem", ["truncated log", "missing punkt"])
 def test_cli_bad_input_exits_2_with_one_line(
     accuracy_run: dict[str, Path], tmp_path: Path, problem: str, nltk_root: str

@@ -25,7 +25,7 @@ from harness.cli import (
     submission,
     sweep,
 )
-from harness.cli.common import EXIT_ERROR, EXIT_USAGE
+from harness.cli.common import EXIT_ERROR, EXIT_USAGE, exit_codes_epilog
 from harness.cli.flags import Parser
 from harness.errors import UsageError
 
@@ -57,6 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     for register in REGISTRATIONS:
         register(sub)
+    for name, command in sub.choices.items():  # each command's exit codes end its --help
+        if not command.epilog:
+            command.epilog = exit_codes_epilog(name)
     return parser
 
 

@@ -49,3 +49,50 @@ def add_command(
         _prog=parser.prog,
     )
     return parser
+
+
+# Every command's exit codes, shown at the end of its --help (build_parser attaches them).
+# The lines every command shares come last, after the command's own.
+_SHARED_CODES = (
+    "2 bad input: one `error:` line naming the problem and the fix, before anything is written",
+    "1 any other failure (an engine that died, a full disk, an internal error): the reason on "
+    "stderr",
+    "130 interrupted (Ctrl-C or SIGTERM): files written before are kept whole",
+)
+_OWN_CODES = {
+    "run": (
+        "0 the run completed, also when it is INVALID or fails accuracy (the verdict is printed "
+        "and recorded in result.json)",
+        "3 with --strict: the performance run is INVALID, the accuracy run FAILs or is not "
+        "scored, or TEST06 failed",
+    ),
+    "evaluate": (
+        "0 the log was scored, also when the accuracy FAILs (the verdict is printed and in "
+        "accuracy.json)",
+        "3 with --strict: the accuracy FAILs",
+    ),
+    "calibrate": (
+        "0 user.conf written (with --confirm: a target held for the full duration; without it "
+        "the conf says NOT CONFIRMED)",
+        "2 also when no trial passed or no confirmation run held: the conf and calibration.json "
+        "say what was tried",
+    ),
+    "check-submission": (
+        "0 every rule holds for the whole tree (with --official: the official checker passed too)",
+        "3 a rule fails (the rows say which and how to fix it), or the official checker "
+        "reported errors",
+    ),
+    "compliance": ("0 the checks ran", "3 with --strict: a check failed"),
+    "package": (
+        "0 packaged (the fields still to fill in are listed; check-submission judges them)",
+    ),
+    "sweep": ("0 the sweep finished; its report judges each config",),
+    "demo": ("0 the demo ran end to end (the tiny model's accuracy FAILs by design)",),
+    "compare": ("0 the table was printed",),
+}
+
+
+def exit_codes_epilog(command: str) -> str:
+    """The `exit codes:` paragraph of one command's --help."""
+    codes = (*_OWN_CODES.get(command, ("0 done",)), *_SHARED_CODES)
+    return "exit codes: " + "; ".join(codes) + "."

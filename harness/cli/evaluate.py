@@ -84,6 +84,9 @@ def add_parser(sub) -> None:
         action="store_true",
         help="allow loading a .pkl dataset (unpickling runs code from the file)",
     )
+    ev.add_argument(
+        "--strict", action="store_true", help="exit 3 when the accuracy FAILs (as run --strict)"
+    )
     add_mlflow_arguments(ev)
 
 
