@@ -98,7 +98,17 @@ def add_package_commands(sub) -> None:
         help="the submission rounds: model folders, scenarios and seeds each accepts",
     )
     add_benchmark_argument(
-        rounds, required=False, what="say which round this benchmark is prepared for"
+        rounds,
+        required=False,
+        what="say which round this benchmark is prepared for, the scenarios and TEST06 it "
+        "needs, and whether the installed LoadGen can make its results",
+    )
+    rounds.add_argument(
+        "--scenario",
+        type=scenario_name,
+        choices=SCENARIOS,
+        help="with --benchmark: refuse (exit 2, naming the ones it takes) a scenario the round "
+        "does not accept for the benchmark",
     )
     add_accuracy_level_argument(rounds)
     add_round_argument(rounds)
@@ -183,10 +193,32 @@ def cmd_check_submission(args: argparse.Namespace) -> int:
 
 
 def cmd_rounds(args: argparse.Namespace) -> int:
-    from harness.submission.rounds import ROUNDS
+    from harness.run.environment import installed_versions
+    from harness.submission.rounds import ROUNDS, loadgen_mismatch
 
+    if args.scenario is not None and args.benchmark is None:
+        raise UsageError("--scenario goes with --benchmark: pass both")
     if args.benchmark:
-        print(choose_round_for(args, args.benchmark).note)
+        choice = choose_round_for(args, args.benchmark)
+        model = choice.model
+        rule = model.scenarios[model.home_category()]
+        if args.scenario is not None and args.scenario not in rule.accepted:
+            raise UsageError(
+                f"{choice.note.split(' (')[0]} takes no {args.scenario} for {model.folder}: it "
+                f"takes {rule.describe()}; certify one of {', '.join(rule.accepted)}"
+            )
+        print(choice.note)
+        print(
+            f"{model.folder} ({model.home_category()}): {rule.describe()}; "
+            + ("TEST06 for each scenario" if model.test06 else "no TEST06")
+        )
+        installed = installed_versions(["mlcommons-loadgen"]).get("mlcommons-loadgen")
+        problem = loadgen_mismatch(choice.round, installed)
+        print(
+            f"LoadGen: {problem}"
+            if problem
+            else f"LoadGen: {choice.round.seeds_loadgen} (installed: {installed or 'none'})"
+        )
         return EXIT_OK
     for rnd in ROUNDS if args.round is None else [r for r in ROUNDS if r.name == args.round]:
         print(f"{rnd.name}  (RNG seeds of {rnd.seeds_loadgen})")

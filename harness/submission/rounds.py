@@ -72,6 +72,8 @@ class Round:
     models: tuple[RoundModel, ...]
     seeds: Mapping[str, int]
     seeds_loadgen: str  # the mlcommons-loadgen releases whose mlperf.conf carries these seeds
+    # The same releases as versions: the lowest, and the highest (None: every later one).
+    loadgen_range: tuple[tuple[int, ...], tuple[int, ...] | None] = ((0,), None)
 
     def model(self, folder: str) -> RoundModel | None:
         return next((m for m in self.models if m.folder == folder), None)
@@ -126,6 +128,7 @@ ROUNDS: tuple[Round, ...] = (
             }
         ),
         seeds_loadgen="mlcommons-loadgen 6.0.16 or later",
+        loadgen_range=((6, 0, 16), None),
     ),
     Round(
         name="v6.0",
@@ -144,6 +147,7 @@ ROUNDS: tuple[Round, ...] = (
             }
         ),
         seeds_loadgen="mlcommons-loadgen 6.0.4 to 6.0.15",
+        loadgen_range=((6, 0, 4), (6, 0, 15)),
     ),
 )
 ROUND_NAMES = tuple(r.name for r in ROUNDS)
@@ -248,3 +252,33 @@ def round_of_seeds(seeds: Mapping[str, int]) -> str | None:
         if all(seeds.get(k) == v for k, v in r.seeds.items()):
             return r.name
     return None
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    parts = []
+    for piece in text.split("."):
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        if not digits:
+            break
+        parts.append(int(digits))
+    return tuple(parts)
+
+
+def loadgen_mismatch(rnd: Round, installed: str | None) -> str | None:
+    """Why the installed mlcommons-loadgen cannot make a result for `rnd` (its mlperf.conf
+    carries another round's RNG seeds, which a user.conf may not change), with the fix; None
+    when it can (or when LoadGen is not installed here: the run's own preflight says so)."""
+    if not installed:
+        return None
+    low, high = rnd.loadgen_range
+    have = _version_tuple(installed)
+    if have >= low and (high is None or have <= high):
+        return None
+    spec = ">=" + ".".join(map(str, low))
+    if high is not None:
+        spec += ",<" + ".".join(map(str, (*high[:-1], high[-1] + 1)))
+    return (
+        f"round {rnd.name} needs the RNG seeds of {rnd.seeds_loadgen}, and "
+        f"mlcommons-loadgen {installed} is installed: `run --submission` refuses its runs. "
+        f"Certify in an environment of its own with pip install 'mlcommons-loadgen{spec}'"
+    )
