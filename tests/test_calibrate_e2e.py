@@ -8,9 +8,11 @@ passing whose completions fell behind its issues, and the longer run at the writ
 VALID with its engine keeping up. (The p99-only rule this replaces passed trials above capacity,
 and the longer run at its target was INVALID.)
 
-Interactive: one trial under the `-interactive` LoadGen name and its 500/30 ms limits.
+Interactive: one trial under the `-interactive` LoadGen name and its 500/30 ms limits, one hold
+trial at the target it would write, and the calibration's MLflow run.
 
-Time budget: 280 s: two calibrations, three engine starts (measured 262 s beside other work).
+Time budget: 330 s: two calibrations, three engine starts, the hold trials (measured 262 s
+beside other work before the hold trials).
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ def test_server_calibration_holds_for_a_run_several_times_longer(
         # under test is that a confirmation runs the written conf for the full duration and
         # steps down until one holds, not the other worker's load.
         *("--measure-samples", "96", "--confirm", "--confirm-runs", "4", "--backoff", "0.3"),
-        *("--max-tokens", "16", "--max-num-seqs", "4", "--enforce-eager"),
+        *("--max-tokens", "16", "--max-num-seqs", "4", "--enforce-eager", "--no-mlflow"),
         timeout=900,
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-3000:]
@@ -118,7 +120,14 @@ def test_server_calibration_holds_for_a_run_several_times_longer(
         q: bool(re.search(rf"^#\s+{q:g} QPS: .*-> pass$", text, re.M)) for q in trials
     }
     assert rec["highest_passing_qps"] == max(t["target_qps"] for t in rec["trials"] if t["passed"])
-    assert rec["written_qps"] == math.floor(rec["highest_passing_qps"] * 0.7 * 1000) / 1000
+    # The written target held a trial of twice a search trial's length on the same engine,
+    # stepping down by the backoff from the highest pass until one did.
+    holds = rec["holds"]
+    assert holds and holds[-1]["passed"] and all(not h["passed"] for h in holds[:-1])
+    assert holds[0]["target_qps"] == math.floor(rec["highest_passing_qps"] * 0.7 * 1000) / 1000
+    assert all(h["duration_s"] == 2 * TRIAL_S for h in holds)
+    assert rec["written_qps"] == holds[-1]["target_qps"]
+    assert f"# held in a trial: {rec['written_qps']:g} QPS" in text
     runs = rec["confirmations"]
     assert [r["output"] for r in runs] == [str(c) for c in confirms]
     assert runs[-1]["held"] is True and runs[-1]["validity"] == "VALID"
@@ -127,7 +136,7 @@ def test_server_calibration_holds_for_a_run_several_times_longer(
 
 
 def test_interactive_trials_run_under_the_interactive_name_and_limits(
-    tiny_model, tiny_dataset, tmp_path
+    tiny_model, tiny_dataset, tmp_path, mlflow_server_uri
 ):
     out = tmp_path / "cal"
     proc = cli(
@@ -135,6 +144,7 @@ def test_interactive_trials_run_under_the_interactive_name_and_limits(
         *("--model", str(tiny_model), "--dataset", str(tiny_dataset), "--output", str(out)),
         *("--min-duration", "3", "--trials", "1", "--trial-s", "6", "--start-qps", "6"),
         *("--measure-samples", "48", "--max-tokens", "16", "--enforce-eager"),
+        *("--hold-trials", "1", "--mlflow-uri", mlflow_server_uri, "--experiment", "calibrate-e2e"),
         timeout=900,
     )
     trials = _trials(out)
@@ -153,12 +163,32 @@ def test_interactive_trials_run_under_the_interactive_name_and_limits(
     assert rec["limits_ms"] == {"ttft_p99": 500.0, "tpot_p99": 30.0}
     assert [(t["target_qps"], t["passed"]) for t in rec["trials"]] == [(6.0, passed)]
     assert rec["highest_passing_qps"] == (6.0 if passed else None)
-    if passed:
+    holds = rec.get("holds") or []
+    written = passed and holds[0]["passed"]
+    if passed:  # one hold trial (--hold-trials 1) at the backed-off target, twice as long
+        assert [(h["target_qps"], h["duration_s"]) for h in holds] == [(5.7, 12.0)]
+    # One MLflow run sums the calibration up, passed or not: the trial as a metric, the record
+    # and the conf as files, the verdict as a tag.
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(mlflow_server_uri)
+    exp = client.get_experiment_by_name("calibrate-e2e")
+    (logged,) = client.search_runs([exp.experiment_id])
+    assert logged.info.run_name == "calibrate llama3_1-8b Interactive"
+    assert logged.data.params["scenario"] == "Interactive"
+    assert logged.data.metrics["trial.target_qps"] == 6.0
+    assert logged.data.tags["calibrate.verdict"] == ("NOT CONFIRMED" if written else "FAILED")
+    files = {f.path for f in client.list_artifacts(logged.info.run_id)}
+    assert "calibration.json" in files and ("user.conf" in files) == written
+    if written:
         assert proc.returncode == 0, proc.stdout[-3000:]
         text = (out / "user.conf").read_text()
-        written = re.findall(r"^llama3_1-8b-interactive\.Server\.target_qps = (\S+)$", text, re.M)
-        assert [float(x) for x in written] == [math.floor(6.0 * 0.95 * 1000) / 1000]
+        target = re.findall(r"^llama3_1-8b-interactive\.Server\.target_qps = (\S+)$", text, re.M)
+        assert [float(x) for x in target] == [math.floor(6.0 * 0.95 * 1000) / 1000]
         assert "llama3_1-8b-interactive.Server.min_duration = 3000" in text
-        assert "# not confirmed" in text
+        assert "# not confirmed" in text and text.startswith("# NOT CONFIRMED: 5.7 QPS held")
+    elif passed:  # the hold trial failed: nothing written, one error line, exit 2
+        assert proc.returncode == 2 and "no hold trial" in proc.stderr, proc.stderr
+        assert not (out / "user.conf").exists()
     else:  # one error line, exit 2, and the trial's evidence kept
         assert proc.returncode == 2 and "error: no trial passed" in proc.stderr, proc.stderr

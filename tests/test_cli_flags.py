@@ -41,6 +41,10 @@ def test_every_calibrate_flag_reaches_its_field(tmp_path):
         *("--start-fraction", "0.5"),
         *("--backoff", "0.1", "--trial-timeout", "90", "--max-num-seqs", "8"),
         *("--precision", "0.05", "--confirm", "--confirm-runs", "2", "--confirm-passes", "2"),
+        *(
+            "--hold-trials",
+            "2",
+        ),
     )
     req = calibrate_request(args, extra)
     # Each measurement run: calibrate's model, data and conf, and the flags it does not know.
@@ -65,6 +69,7 @@ def test_every_calibrate_flag_reaches_its_field(tmp_path):
         trial_s=5.0,
         trial_queries=40,
         backoff=0.1,
+        hold_trials=2,
         trial_timeout_s=90.0,
         precision=0.05,
         confirm=True,

@@ -92,6 +92,9 @@ class CalibrationRecord:
     backoff: float
     run: dict[str, Any]  # the engine's args (asked and resolved), data, sampling, environment
     written_qps: float | None = None
+    # The hold trials at the written target (each twice a search trial's length), stepping down
+    # by the backoff until one passes; absent from the file when none ran (--hold-trials 0).
+    holds: list[TrialResult] | None = None
     # with --confirm (absent from the file without it)
     confirmations: list[ConfirmationRun] | None = None
     confirmed_qps: float | None = None
@@ -99,6 +102,8 @@ class CalibrationRecord:
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
+        if self.holds is None:
+            del out["holds"]
         if self.confirmations is None:
             for key in ("confirmations", "confirmed_qps", "confirm_passes"):
                 del out[key]
@@ -114,6 +119,8 @@ class CalibrationRecord:
         try:
             known = _known(cls, d)
             known["trials"] = [TrialResult(**_known(TrialResult, t)) for t in d["trials"]]
+            if d.get("holds") is not None:
+                known["holds"] = [TrialResult(**_known(TrialResult, t)) for t in d["holds"]]
             if d.get("confirmations") is not None:
                 known["confirmations"] = [
                     ConfirmationRun(**_known(ConfirmationRun, c)) for c in d["confirmations"]

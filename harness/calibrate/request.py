@@ -81,7 +81,21 @@ class CalibrateRequest:
         help="Server: at least this many queries per trial (default: target x --trial-s)",
     )
     backoff: float = opt(
-        0.05, parse=float, help="Server: written QPS = highest passing x (1 - backoff)"
+        0.05,
+        parse=float,
+        help="Server: written QPS = highest passing x (1 - backoff); 0.05 leaves more than the "
+        "2.9%% one target lost between two H200 hosts (bench/record/RESULTS.md)",
+    )
+    # Server: hold trials at the written target, each twice a search trial's length, on the
+    # same engine; one that fails steps the target down by the backoff. A target no hold trial
+    # passed is not written (0: none, and the conf says the target was not held).
+    hold_trials: int = opt(
+        3,
+        parse=int,
+        metavar="N",
+        help="Server: trials at the target to write, each twice --trial-s on the same engine, "
+        "stepping down by --backoff after a failure; no target is written unless one held "
+        "(0: none, the conf then says its target was not held)",
     )
     precision: float = opt(
         0.02,

@@ -14,8 +14,11 @@ limits, confirmed by a run of the submission's length when asked.
    had time to grow; the steady-part test is what catches it. A trial loads about target x
    --trial-s samples, so LoadGen's rounding to whole passes over the loaded samples does not
    stretch it.
-3. The conf gets the highest passing target x (1 - backoff), with every trial's evidence in its
-   comments.
+3. Hold trials on the same engine at the highest passing target x (1 - backoff), each twice a
+   search trial's length, stepping down by the backoff after a failure (`--hold-trials`, 3): a
+   target is written only when one held, so the conf never holds a rate that no trial ran. The
+   conf has every trial's evidence in its comments and, without `--confirm`, says NOT
+   CONFIRMED on its first line.
 4. `--confirm`: one `mlperf-vllm run` (its own process, the written conf, the full min_duration)
    at that target; if it is INVALID or its engine fell behind, the target steps down by the
    backoff and the run is repeated, up to `--confirm-runs` times; with `--confirm-passes N` a
@@ -38,7 +41,12 @@ from pathlib import Path
 from harness.benchmarks import Benchmark
 from harness.calibrate.conf import demo_lines, early_stopping_lines, padded_over, write_conf
 from harness.calibrate.measure import run_once
-from harness.calibrate.record import CALIBRATION_FILE, CalibrationRecord, ConfirmationRun
+from harness.calibrate.record import (
+    CALIBRATION_FILE,
+    CalibrationRecord,
+    ConfirmationRun,
+    TrialResult,
+)
 from harness.calibrate.request import CalibrateRequest, trial_seconds
 from harness.errors import UsageError
 from harness.run.setup.ray_cluster import layout_of
@@ -87,6 +95,16 @@ def calibrate_server(
 
         start = req.start_qps or req.start_fraction * ceiling
         best, _ = bounded_search(measure, start, ceiling, req.trials, req.precision)
+        holds: list[TrialResult] = []
+        qps = None if best is None else _backed_off(best, req.backoff)
+        for _ in range(req.hold_trials if best is not None else 0):
+            assert qps is not None
+            t = eng.trial(qps, 2 * trial_s, name="hold", min_queries=req.trial_queries)
+            holds.append(eng.trials.pop())  # a hold is no search trial
+            print(f"calibrate: hold {t.line()}", flush=True)
+            if t.passed:
+                break
+            qps = _backed_off(qps, req.backoff)
         run = eng.run_record()
     finally:
         eng.close()
@@ -107,6 +125,7 @@ def calibrate_server(
         backoff=req.backoff,
         run=run,
     )
+    record.holds = holds if req.hold_trials > 0 and best is not None else None
     record_path = req.output / CALIBRATION_FILE
     if best is None:
         record.write(record_path)
@@ -117,7 +136,15 @@ def calibrate_server(
             "--start-qps, or a faster engine configuration (trials in "
             f"{req.output / 'trials'})"
         )
-    qps = math.floor(best * (1 - req.backoff) * 1000) / 1000
+    if holds and not holds[-1].passed:
+        record.write(record_path)
+        raise UsageError(
+            f"the search passed {best:g} QPS, but no hold trial of {2 * trial_s:g} s at "
+            f"{', '.join(f'{h.target_qps:g}' for h in holds)} QPS passed: the engine does not "
+            "sustain what the short trials showed; pass a larger --backoff or more "
+            f"--hold-trials (trials in {req.output / 'trials'})"
+        )
+    assert qps is not None
     record.written_qps = qps
     record.write(record_path)
     lines = [
@@ -132,9 +159,21 @@ def calibrate_server(
         lines.append(f"#   {t.line()}")
     lines.append(
         f"# highest passing {best:g} QPS = {best / ceiling:.3f} of Offline; x (1 - backoff "
-        f"{req.backoff:g}) = {qps:g}"
+        f"{req.backoff:g}) = {_backed_off(best, req.backoff):g}"
     )
+    if holds:
+        lines.append(
+            f"# hold trials at the target, {2 * trial_s:g} s each (stepping down by the backoff):"
+        )
+        lines.extend(f"#   {h.line()}" for h in holds)
+        lines.append(f"# held in a trial: {qps:g} QPS = {qps / ceiling:.3f} of Offline")
+    else:
+        lines.append("# not held by a trial at this target (--hold-trials 0)")
     return lines, qps, record
+
+
+def _backed_off(qps: float, backoff: float) -> float:
+    return math.floor(qps * (1 - backoff) * 1000) / 1000
 
 
 def confirm_target(
@@ -222,6 +261,8 @@ def calibrate_server_conf(
     assert req.trial_s is not None
     if req.trial_s <= 0 or req.trials < 1 or not 0 <= req.backoff < 1:
         raise UsageError("--trial-s and --trials must be positive and --backoff in [0, 1)")
+    if req.hold_trials < 0:
+        raise UsageError("--hold-trials must be 0 or more")
     if req.confirm and req.confirm_runs < 1:
         raise UsageError("--confirm-runs must be at least 1")
     if req.confirm and not 1 <= req.confirm_passes <= req.confirm_runs:
@@ -250,6 +291,9 @@ def calibrate_server_conf(
                 "# not confirmed: run `calibrate --confirm` (or the conf itself) for the full "
                 "min_duration before trusting this target"
             ],
+            f"# NOT CONFIRMED: {qps:g} QPS "
+            + ("held in a trial" if record.holds else "passed no trial of its own")
+            + ", not a run of the full min_duration (calibrate --confirm --confirm-passes 2)\n",
         )
         print("\n".join(line for line in search if line.startswith("#")))
         print(f"user.conf written: {conf}")

@@ -58,8 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     for register in REGISTRATIONS:
         register(sub)
     for name, command in sub.choices.items():  # each command's exit codes end its --help
-        if not command.epilog:
-            command.epilog = exit_codes_epilog(name)
+        command.epilog = " ".join(filter(None, (command.epilog, exit_codes_epilog(name))))
     return parser
 
 

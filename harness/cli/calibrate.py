@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from harness.cli.common import EXIT_OK, add_command
 from harness.cli.engine_line import add_engine_line_argument
-from harness.cli.flags import add_benchmark_argument, request_from_flags
+from harness.cli.flags import (
+    add_benchmark_argument,
+    add_mlflow_arguments,
+    request_from_flags,
+    tracking_config,
+)
 
 if TYPE_CHECKING:
     from harness.calibrate.request import CalibrateRequest
@@ -57,6 +63,8 @@ def add_parser(sub) -> None:
     add_benchmark_argument(cal)
     add_declared_arguments(CalibrateRequest, cal)  # each option declared once, in the request
     add_engine_line_argument(cal)
+    # One MLflow run sums the calibration up (its measurement runs log nothing of their own).
+    add_mlflow_arguments(cal)
 
 
 def calibrate_request(args: argparse.Namespace, extra: list[str]) -> CalibrateRequest:
@@ -93,15 +101,111 @@ def calibrate_request(args: argparse.Namespace, extra: list[str]) -> CalibrateRe
 
 
 def cmd_calibrate(args: argparse.Namespace, extra: list[str]) -> int:
+    from harness import tracking
     from harness.calibrate.calibrate import calibrate
+    from harness.errors import UsageError
     from harness.folder_lock import one_writer
 
     req = calibrate_request(args, extra)
+    cfg = tracking_config(args)
+    if cfg.uri.startswith(("http://", "https://")):
+        tracking.check_reachable(cfg)  # a server: before any engine starts (a local store is
+        # made when the calibration is logged, so bad input leaves no mlflow.db behind)
     from harness.proc.children import warn_if_left
 
     try:
         with one_writer(args.output, "--output"):  # its runs lock their own subfolders
-            calibrate(req)
+            failure: UsageError | None = None
+            try:
+                calibrate(req)
+            except UsageError as exc:
+                failure = exc
+            # A search or confirmation that ran and failed is logged too (calibration.json
+            # says what was tried); bad input that stopped it before any measurement is not.
+            if failure is None or (args.output / "calibration.json").is_file():
+                log_calibration(cfg, req, args.output, None if failure is None else str(failure))
+            if failure is not None:
+                raise failure
     finally:
         warn_if_left("the calibration's trials")
     return EXIT_OK
+
+
+def log_calibration(cfg, req: CalibrateRequest, out: Path, failure: str | None) -> None:
+    """One MLflow run for the calibration: its request as params, the Offline ceiling, each
+    trial (step = its order), the highest passing, written and confirmed targets as metrics,
+    user.conf and calibration.json as files, and a verdict tag."""
+    import json
+
+    from harness import tracking
+
+    record_path, conf = out / "calibration.json", out / "user.conf"
+    record = json.loads(record_path.read_text()) if record_path.is_file() else {}
+    target = None
+    if conf.is_file():
+        for line in conf.read_text().splitlines():
+            if not line.startswith("#") and ".target_qps = " in line:
+                target = float(line.split("=", 1)[1])
+    confirmed = record.get("confirmed_qps")
+    verdict = (
+        "FAILED"
+        if failure
+        else ("CONFIRMED" if confirmed is not None else "NOT CONFIRMED")
+        if req.scenario != "Offline"
+        else "WRITTEN"
+    )
+    params = {
+        k: getattr(req, k)
+        for k in (
+            "benchmark",
+            "scenario",
+            "model",
+            "dataset",
+            "margin",
+            "measure_samples",
+            "backoff",
+            "trial_s",
+            "trials",
+            "confirm",
+            "confirm_runs",
+            "confirm_passes",
+            "min_duration_s",
+        )
+    }
+    name = f"calibrate {req.benchmark} {req.scenario}"
+    with tracking.tracked_run(cfg, name, params=params, discard_on=()) as trk:
+        trk.set_tags({"calibrate.verdict": verdict, "calibrate.error": failure})
+        trk.log_metrics(
+            {
+                "calibrate.target_qps": target,
+                "calibrate.offline_samples_per_second": record.get("offline_samples_per_second"),
+                "calibrate.highest_passing_qps": record.get("highest_passing_qps"),
+                "calibrate.written_qps": record.get("written_qps"),
+                "calibrate.confirmed_qps": confirmed,
+            }
+        )
+        for step, trial in enumerate(record.get("trials") or []):
+            trk.log_metrics(
+                {
+                    "trial.target_qps": trial.get("target_qps"),
+                    "trial.passed": 1.0 if trial.get("passed") else 0.0,
+                    "trial.ttft_p99_ms": trial.get("ttft_p99_ms"),
+                    "trial.tpot_p99_ms": trial.get("tpot_p99_ms"),
+                    "trial.completed_to_issued": (trial.get("sustained") or {}).get(
+                        "completed_to_issued"
+                    ),
+                },
+                step=step,
+            )
+        for step, run in enumerate(record.get("confirmations") or []):
+            trk.log_metrics(
+                {
+                    "confirm.target_qps": run.get("target_qps"),
+                    "confirm.held": 1.0 if run.get("held") else 0.0,
+                    "confirm.ttft_p99_ms": run.get("ttft_p99_ms"),
+                    "confirm.tpot_p99_ms": run.get("tpot_p99_ms"),
+                },
+                step=step,
+            )
+        trk.log_artifact(conf)
+        trk.log_artifact(record_path)

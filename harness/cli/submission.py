@@ -193,7 +193,7 @@ def cmd_check_submission(args: argparse.Namespace) -> int:
 
 
 def cmd_rounds(args: argparse.Namespace) -> int:
-    from harness.run.environment import installed_versions
+    from harness.run.record.environment import installed_versions
     from harness.submission.rounds import ROUNDS, loadgen_mismatch
 
     if args.scenario is not None and args.benchmark is None:

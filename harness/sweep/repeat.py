@@ -196,7 +196,10 @@ def run_capacity_repeat(
         stall_timeout_s=stall_timeout_s,
         allow_pickle=allow_pickle,
     )
-    child = dataclasses.replace(child, command="calibrate", command_args=tuple(calibrate_args))
+    # The capacity is the search's highest pass: no hold trials at a written target (a plan's
+    # calibrate flags may still ask for them).
+    args = ("--hold-trials", "0", *calibrate_args)
+    child = dataclasses.replace(child, command="calibrate", command_args=args)
     outcome = capacity_outcome(run_in_child(child))
     if mode == "both" and outcome.status == "ok":
         acc_child = child_run(

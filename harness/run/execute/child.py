@@ -46,9 +46,9 @@ class ChildRun:
     def flags(self) -> list[str]:
         """The command's arguments (after `mlperf-vllm COMMAND`). The parent owns the child's
         folder (a retried trial or repeat replaces its own earlier run) and the terminal; a
-        `run` child logs nothing to MLflow (its caller does, if anyone)."""
+        `run` or `calibrate` child logs nothing to MLflow (its caller does, if anyone)."""
         spec = replace(self.spec, overwrite=True, progress=False)
-        no_mlflow = ["--no-mlflow"] if self.command == "run" else []
+        no_mlflow = ["--no-mlflow"] if self.command in ("run", "calibrate") else []
         return [*spec.to_argv(), *no_mlflow, *self.command_args]
 
     def argv(self) -> list[str]:
