@@ -10,10 +10,21 @@
 #   MODEL=/models/Llama-3.1-8B-Instruct DATASET=/data/cnn_eval.json SYSTEM=1xH200_vLLM \
 #   SUBMITTER=MyOrg scripts/certify.sh llama3_1-8b Offline
 #
-# --dry-run (first argument, or DRY_RUN=1) prints every command instead of running it, quoted
-# so it can be pasted, each after a `# STEP (log: FILE)` comment; it runs none (not even
-# `rounds`), writes nothing and exits 0. Nothing is ever eval'ed. Every step is printed as if
-# the ones before it passed: the runs read the conf calibrate would write ($OUT/calibrate/user.conf).
+# Up front, in a dry run too: `mlperf-vllm rounds --benchmark B --scenario S` (a table lookup:
+# no engine, nothing written) names the round, refuses a benchmark or scenario it does not
+# accept (exit 2, with the ones it takes), says whether TEST06 applies and whether the
+# installed LoadGen can make the round's results.
+#
+# --dry-run (first argument, or DRY_RUN=1) prints every step's command instead of running it,
+# quoted so it can be pasted, each after a `# STEP (log: FILE)` comment; it writes nothing and
+# exits 0. Nothing is ever eval'ed. Every step is printed as if the ones before it passed: the
+# runs read the conf calibrate would write ($OUT/calibrate/user.conf).
+#
+# The steps: calibrate (Server / Interactive: --confirm --confirm-passes 2, a target held by two
+# full-length runs in a row; Offline: one measurement; SingleStream: none, LoadGen issues each
+# query when the one before completes, so the shipped conf is used), performance, accuracy,
+# test06-run and test06 (for the rounds that ask TEST06 of the benchmark), package, check.
+# Every run and the calibration are logged to MLflow, as any `mlperf-vllm run` is.
 #
 # Environment:
 #   MODEL, DATASET       required
@@ -27,7 +38,11 @@
 #                        or --engine-line LINES: the measured line for BENCHMARK.SCENARIO from a
 #                        folder of them (user_confs/engines/h200), for calibrate and every run
 #   CALIBRATE_ARGS       extra flags for calibrate (--min-duration 5 for a CPU demo)
+#   CONFIRM_PASSES       Server / Interactive: full-length runs in a row that must hold the
+#                        target (default 2: one held run can be luck, bench/record/RESULTS.md)
 #   USER_CONF            skip calibration and use this conf
+#   MLFLOW_ARGS          MLflow flags for calibrate and every run (--mlflow-uri URI,
+#                        --experiment NAME, or --no-mlflow); default: the CLI's own
 #   SUBMISSION_FLAG      --submission (default) refuses non-compliant settings; set it empty
 #                        for a demo on the tiny model
 #   PACKAGE_ARGS         extra flags for package (--system-field cooling=air ...)
@@ -66,19 +81,34 @@ SUBMISSION_ROOT=${SUBMISSION_ROOT:-$OUT/submission}
 RUN_ARGS=${RUN_ARGS:-}
 CALIBRATE_ARGS=${CALIBRATE_ARGS:-}
 PACKAGE_ARGS=${PACKAGE_ARGS:-}
+MLFLOW_ARGS=${MLFLOW_ARGS:-}
+CONFIRM_PASSES=${CONFIRM_PASSES:-2}
 SUBMISSION_FLAG=${SUBMISSION_FLAG---submission}
 AUDIT=$ROOT/user_confs/audit/TEST06.config
 
-# The round, before anything runs: a benchmark the round does not accept is refused here.
+# The round, before anything runs (a dry run asks it too: it is a table lookup that starts and
+# writes nothing): a benchmark or scenario the round does not accept is refused here.
+ROUNDS_CMD=("${MLPERF_VLLM[@]}" rounds --benchmark "$BENCHMARK" --scenario "$SCENARIO"
+  "${LEVEL_ARGS[@]}" "${ROUND_ARGS[@]}")
+ROUNDS_OUT=$("${ROUNDS_CMD[@]}" 2>&1) || { echo "$ROUNDS_OUT" >&2; exit 2; }
+ROUND_NOTE=$(head -n1 <<<"$ROUNDS_OUT")
+NEEDS_TEST06=1
+grep -q "; no TEST06" <<<"$ROUNDS_OUT" && NEEDS_TEST06=0
+# A round whose RNG seeds the installed LoadGen does not carry (the 405B's v6.0 under 6.0.17):
+# every --submission run would be refused after its engine started; refuse it here instead.
+if [ -n "$SUBMISSION_FLAG" ] && grep -q "refuses its runs" <<<"$ROUNDS_OUT"; then
+  echo "error: $(grep -m1 '^LoadGen: ' <<<"$ROUNDS_OUT" | cut -c10-)" \
+    "(or set SUBMISSION_FLAG= for a run that is no submission result)" >&2
+  exit 2
+fi
 if is_dry; then
-  echo "# rounds: the round and accuracy level every step uses (a round without $BENCHMARK stops here)"
-  run_cmd "${MLPERF_VLLM[@]}" rounds --benchmark "$BENCHMARK" "${LEVEL_ARGS[@]}" "${ROUND_ARGS[@]}"
-  ROUND_NOTE="round ${ROUND_ARGS[1]:-<the newest with $BENCHMARK, from rounds>}"
+  echo "# rounds: the round and accuracy level every step uses (a round without $BENCHMARK $SCENARIO stops here)"
+  run_cmd "${ROUNDS_CMD[@]}"
+  sed 's/^/#   /' <<<"$ROUNDS_OUT"
   echo "# dry run: $BENCHMARK $SCENARIO for $ROUND_NOTE; nothing below runs, nothing is written"
 else
-  ROUND_NOTE=$("${MLPERF_VLLM[@]}" rounds --benchmark "$BENCHMARK" "${LEVEL_ARGS[@]}" \
-    "${ROUND_ARGS[@]}" 2>&1) || { echo "$ROUND_NOTE" >&2; exit 2; }
   echo "== $BENCHMARK $SCENARIO for $ROUND_NOTE"
+  tail -n +2 <<<"$ROUNDS_OUT" | sed 's/^/   /'
   mkdir -p "$OUT"
 fi
 ROUND_ARGS+=("${LEVEL_ARGS[@]}")
@@ -112,7 +142,7 @@ run_mode() {  # run_mode NAME OUTDIR MODE [extra...]
   local name=$1 dir=$2 mode=$3; shift 3
   step "$name" "$OUT/$name.log" "${MLPERF_VLLM[@]}" run --benchmark "$BENCHMARK" --scenario "$SCENARIO" \
     --mode "$mode" --model "$MODEL" --dataset "$DATASET" --output "$dir" \
-    --user-conf "$CONF" --no-mlflow --no-progress "${ROUND_ARGS[@]}" $RUN_ARGS "$@"
+    --user-conf "$CONF" --no-progress "${ROUND_ARGS[@]}" $MLFLOW_ARGS $RUN_ARGS "$@"
 }
 
 json_field() {  # json_field FILE python-expression-over-r
@@ -143,19 +173,28 @@ finish() {
 }
 
 # 1. calibrate
+SCENARIO_LC=$(tr '[:upper:]' '[:lower:]' <<<"$SCENARIO")
 if [ -n "${USER_CONF:-}" ]; then
   CONF=$USER_CONF
   record calibrate "SKIPPED" "USER_CONF=$CONF"
   is_dry && echo "# calibrate: skipped, every run below reads USER_CONF=$CONF"
+elif [ "$SCENARIO_LC" = singlestream ]; then
+  # SingleStream has no rate to find: LoadGen issues each query when the one before completes
+  # and the run lasts >= 600 s and >= its query count whatever the system's speed.
+  CONF=$ROOT/user_confs/$BENCHMARK/singlestream.conf
+  record calibrate "SKIPPED" "SingleStream needs no target; $CONF"
+  is_dry && echo "# calibrate: skipped (SingleStream has no target to find), every run below reads $CONF"
 else
-  # Server / Interactive: the written target must have held for a run of the conf's full
-  # min_duration (calibrate --confirm steps down until one does), not only in short trials.
+  # Server / Interactive: the written target must have held for runs of the conf's full
+  # min_duration (calibrate --confirm steps down until CONFIRM_PASSES in a row do), not only in
+  # short trials: one held run can be luck (51.993 QPS held once on one H200 host, then failed
+  # twice on another).
   CONFIRM=()
-  [ "$SCENARIO" = Offline ] || CONFIRM=(--confirm)
+  [ "$SCENARIO_LC" = offline ] || CONFIRM=(--confirm --confirm-passes "$CONFIRM_PASSES")
   # shellcheck disable=SC2086
   if step calibrate "$OUT/calibrate.log" "${MLPERF_VLLM[@]}" calibrate --benchmark "$BENCHMARK" \
       --scenario "$SCENARIO" --model "$MODEL" --dataset "$DATASET" --output "$OUT/calibrate" \
-      "${CONFIRM[@]}" $CALIBRATE_ARGS $RUN_ARGS; then
+      "${CONFIRM[@]}" $MLFLOW_ARGS $CALIBRATE_ARGS $RUN_ARGS; then
     CONF=$OUT/calibrate/user.conf
     if is_dry; then
       echo "# calibrate would write the target QPS into $CONF; every run below reads that conf"
@@ -194,16 +233,24 @@ if run_mode accuracy "$OUT/accuracy" accuracy $SUBMISSION_FLAG && ! is_dry; then
   fi
 fi
 
-# 4. TEST06: a performance-mode run under the audit config, then the three checks
-if run_mode test06-run "$OUT/TEST06" performance --audit-config "$AUDIT"; then
+# 4. TEST06 (where the round asks it of the benchmark): a performance-mode run under the audit
+# config, then the three checks
+TEST06_ARGS=()
+if [ "$NEEDS_TEST06" = 0 ]; then
+  record test06 "SKIPPED" "the round asks no TEST06 of $BENCHMARK"
+  is_dry && echo "# test06: skipped, the round asks no TEST06 of $BENCHMARK"
+elif run_mode test06-run "$OUT/TEST06" performance --audit-config "$AUDIT"; then
+  TEST06_ARGS=(--test06 "$OUT/TEST06")
   step test06 "$OUT/test06-check.log" "${MLPERF_VLLM[@]}" compliance test06 \
     --log-dir "$OUT/TEST06/performance" --model "$MODEL" --output "$OUT/TEST06" --strict
+else
+  TEST06_ARGS=(--test06 "$OUT/TEST06")
 fi
 
 # 5. package (accuracy from its own run) and 6. the local submission checks
 # shellcheck disable=SC2086
 step package "$OUT/package.log" "${MLPERF_VLLM[@]}" package --run "$OUT/performance" \
-  --accuracy-run "$OUT/accuracy" --test06 "$OUT/TEST06" --system "$SYSTEM" \
+  --accuracy-run "$OUT/accuracy" "${TEST06_ARGS[@]}" --system "$SYSTEM" \
   --submitter "$SUBMITTER" --output "$SUBMISSION_ROOT" "${ROUND_ARGS[@]}" $PACKAGE_ARGS \
   && step check "$OUT/check.log" "${MLPERF_VLLM[@]}" check-submission "$SUBMISSION_ROOT" \
     --benchmark "$BENCHMARK" --scenario "$SCENARIO" "${ROUND_ARGS[@]}"

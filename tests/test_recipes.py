@@ -4,6 +4,7 @@ they print parses with our CLI and every engine flag with vLLM's own parser."""
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -105,6 +106,26 @@ def test_run_scripts_pass_engine_flags_through(script):
     (line,) = dry(script, "llama3_1-8b", "--max-num-seqs", "512")
     args, flags = parse_run(line)
     assert args.benchmark == "llama3_1-8b" and flags == {"max_num_seqs": 512}
+
+
+@pytest.mark.parametrize("scenario", ["Server", "Interactive"])
+def test_accuracy_on_server_needs_a_rate(scenario):
+    """Server accuracy issues every sample at the conf's rate: without a conf or --target-qps
+    LoadGen's default 1 QPS would run the 8B for 3.7 h, so the script refuses, naming both."""
+    proc = subprocess.run(
+        ["bash", str(SCRIPTS / "run_accuracy.sh"), "--dry-run", "llama3_1-8b", scenario],
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode == 2 and not proc.stdout
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("error: ") and "--user-conf" in line and "--target-qps" in line
+    for given in (["--user-conf", "c.conf"], ["--target-qps=40"]):
+        (line,) = dry("run_accuracy.sh", "llama3_1-8b", scenario, *given)
+        args, _ = parse_run(line)
+        assert args.scenario == scenario and args.mode == "accuracy"
 
 
 def test_missing_model_is_a_clear_error():
@@ -233,6 +254,68 @@ def test_certify_dry_run_prints_every_step_and_runs_nothing(tmp_path):
     assert "nothing ran" in proc.stdout and "VERDICT" not in proc.stdout
 
 
+def _dry_run(tmp_path: Path, benchmark: str, scenario: str) -> subprocess.CompletedProcess:
+    env = {
+        **os.environ,
+        "MODEL": "/m",
+        "DATASET": "/d.json",
+        "OUT": str(tmp_path / "cert"),
+        "MLPERF_VLLM": f"{sys.executable} -m harness.cli",
+    }
+    return subprocess.run(
+        ["bash", str(SCRIPTS / "certify.sh"), "--dry-run", benchmark, scenario],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=str(SCRIPTS.parent),
+    )
+
+
+def test_certify_dry_run_covers_every_benchmark_and_scenario(tmp_path):
+    """Every benchmark x scenario either prints its steps or is refused up front, exit 2, in
+    one `error:` line naming what to certify instead; nothing is made either way. SingleStream
+    has no calibration (the shipped conf) and the edge benchmark no TEST06; Server and
+    Interactive confirm with two full-length runs in a row; every run logs to MLflow; the 405B
+    is refused while the installed LoadGen cannot make its round's results."""
+    from harness.run.environment import installed_versions
+    from harness.submission.rounds import choose_round, loadgen_mismatch
+
+    loadgen = installed_versions(["mlcommons-loadgen"]).get("mlcommons-loadgen")
+    for benchmark in ("llama3_1-8b", "llama3_1-8b-edge", "llama2-70b", "llama3_1-405b"):
+        rnd = choose_round(None, benchmark).round
+        model = choose_round(None, benchmark).model
+        accepted = model.scenarios[model.home_category()].accepted
+        for scenario in ("Offline", "Server", "Interactive", "SingleStream"):
+            proc = _dry_run(tmp_path, benchmark, scenario)
+            assert not (tmp_path / "cert").exists()
+            if scenario not in accepted or loadgen_mismatch(rnd, loadgen):
+                assert proc.returncode == 2, (benchmark, scenario, proc.stdout)
+                (line,) = proc.stderr.strip().splitlines()
+                assert line.startswith("error: "), line
+                assert ("certify one of" in line) or ("pip install" in line), line
+                continue
+            assert proc.returncode == 0, (benchmark, scenario, proc.stderr)
+            cmds = _certify_commands(proc.stdout, [sys.executable, "-m", "harness.cli"])
+            names = [c[0] for c in cmds]
+            assert names[0] == "rounds" and names[-2:] == ["package", "check-submission"]
+            assert ("calibrate" in names) == (scenario != "SingleStream"), names
+            assert ("compliance" in names) == model.test06, names
+            steps = re.search(r"# dry run: (\d+) steps printed", proc.stdout)
+            assert steps and int(steps.group(1)) == len(cmds) - 1  # every command but rounds
+            for c in cmds:
+                assert "--no-mlflow" not in c, c
+                if c[0] == "calibrate":
+                    confirm = scenario in ("Server", "Interactive")
+                    assert ("--confirm" in c and "--confirm-passes" in c) == confirm, c
+                    if confirm:
+                        assert c[c.index("--confirm-passes") + 1] == "2"
+                if c[0] == "run" and scenario == "SingleStream":
+                    conf = c[c.index("--user-conf") + 1]
+                    assert conf.endswith(f"user_confs/{benchmark}/singlestream.conf")
+                    assert Path(conf).is_file()
+
+
 def test_certify_dry_run_with_a_conf_skips_calibrate(tmp_path):
     conf = SCRIPTS.parent / "user_confs" / "smoke" / "offline.conf"
     proc = _certify(tmp_path, "--dry-run", "--round", "v6.1", USER_CONF=str(conf))
@@ -259,7 +342,7 @@ def test_certify_finds_the_cli_like_the_other_scripts(tmp_path):
     bin_dir.mkdir()
     marker = tmp_path / "ran"
     stub = bin_dir / "mlperf-vllm"
-    stub.write_text(f"#!/usr/bin/env bash\ntouch {shlex.quote(str(marker))}\n")
+    stub.write_text(f'#!/usr/bin/env bash\necho "$1" >> {shlex.quote(str(marker))}\n')
     stub.chmod(0o755)
     env = {k: v for k, v in os.environ.items() if k not in ("MLPERF_VLLM", "DRY_RUN")}
     env.update(MODEL="/m", DATASET="/d.json", OUT=str(tmp_path / "cert"))
@@ -273,7 +356,9 @@ def test_certify_finds_the_cli_like_the_other_scripts(tmp_path):
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     cmds = _certify_commands(proc.stdout, ["mlperf-vllm"])
-    assert len(cmds) == 8 and not marker.exists() and not (tmp_path / "cert").exists()
+    # the one command a dry run runs is the round's table lookup (it starts and writes nothing)
+    assert len(cmds) == 8 and marker.read_text() == "rounds\n"
+    assert not (tmp_path / "cert").exists()
     # in the repo: .venv/bin/mlperf-vllm when it exists, as run_offline.sh takes it
     venv_cli = SCRIPTS.parent / ".venv" / "bin" / "mlperf-vllm"
     if os.access(venv_cli, os.X_OK):
