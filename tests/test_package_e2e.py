@@ -21,6 +21,8 @@ test_server_e2e's budget) and about 25 package / check commands without an engin
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
 from pathlib import Path
 
@@ -40,6 +42,8 @@ MIN_DURATION_S = "3"
 MARGIN = "2"
 SYSTEM_FIELDS = (
     "--system-field",
+    "status=available",
+    "--system-field",
     "cooling=air",
     "--system-field",
     "host_memory_configuration=unknown (VM)",
@@ -47,6 +51,7 @@ SYSTEM_FIELDS = (
     "accelerators_per_node=0",  # text: an answer; the number 0 reads as empty to the checker
 )
 FIELDS = {
+    "status": "available",
     "cooling": "air",
     "host_memory_configuration": "unknown (VM)",
     "accelerators_per_node": "0",
@@ -477,8 +482,9 @@ def test_package_without_system_fields_names_what_to_fill(offline, tmp_path):
     proc = _package(run, t06, root)
     assert proc.returncode == 0, proc.stderr
     todo = next(ln for ln in proc.stdout.splitlines() if ln.startswith("to fill in"))
-    for key in ("cooling", "host_memory_configuration", "accelerators_per_node"):
+    for key in ("status", "cooling", "host_memory_configuration", "accelerators_per_node"):
         assert f"--system-field {key}=" in todo
+    assert "--system-field status=available|preview|rdi" in todo
     system = json.loads((root / "closed/Demo/systems/tiny_cpu.json").read_text())
     assert system["accelerators_per_node"] == 0  # what this machine reports
     failed = {r.rule: r for r in check_submission_tree(root).results if not r.passed}
@@ -488,3 +494,65 @@ def test_package_without_system_fields_names_what_to_fill(offline, tmp_path):
     assert "to fill in" not in proc.stdout
     failed = {r.rule: r for r in check_submission_tree(root).results if not r.passed}
     assert "system-json" not in failed
+
+
+def test_package_fills_the_system_json_from_the_machine_that_ran(offline, tmp_path):
+    """The system json describes the machine in the run's environment.json (an eight-GPU node
+    here, packaged on this CPU host): accelerators, their count and memory, the host CPU,
+    memory and OS, the driver and the software versions. Only what no machine can know is left
+    for the user, listed with its flag: the availability (status) and the cooling."""
+    run, t06, _ = offline
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    env = json.loads((copy / "environment.json").read_text())
+    node = {
+        "host_processor_model_name": "INTEL(R) XEON(R) PLATINUM 8568Y+",
+        "host_processors_per_node": 2,
+        "host_processor_core_count": "96",
+        "host_memory_capacity": "2048 GB",
+        "host_memory_configuration": "32 x 64 GB DDR5",
+        "host_storage_capacity": "30720 GB",
+        "host_storage_type": "NVMe SSD",
+        "host_network_card_count": "10",
+        "operating_system": "Ubuntu 22.04.5 LTS (kernel 5.15.0-134-generic)",
+        "accelerators_per_node": 8,
+        "accelerator_model_name": "NVIDIA H200",
+        "accelerator_memory_capacity": "143771 MiB",
+        "accelerator_host_interconnect": "PCIe Gen5 x16",
+        "accelerator_frequency": "1980 MHz",
+        "accelerator_memory_configuration": "HBM3e",
+        "accelerator_interconnect": "NVLink, 18 links per GPU, 478 GB/s per GPU",
+    }
+    env.update(machine=node, gpu_driver="570.124.06", gpu_count="8")
+    (copy / "environment.json").write_text(json.dumps(env))
+    root = tmp_path / "submission"
+    proc = _package(copy, t06, root)
+    assert proc.returncode == 0, proc.stderr
+    system = json.loads((root / "closed/Demo/systems/tiny_cpu.json").read_text())
+    assert {k: system[k] for k in node} == node
+    assert "NVIDIA driver 570.124.06" in system["other_software_stack"]
+    assert system["framework"].startswith("vLLM ")
+    (todo,) = [ln for ln in proc.stdout.splitlines() if ln.startswith("to fill in")]
+    asked = sorted(re.findall(r"--system-field (\w+)=", todo))
+    assert asked == ["cooling", "status"], todo
+    assert system["status"] == "" and system["cooling"] == ""
+    proc = _package(
+        copy, t06, root, "--system-field", "status=available", "--system-field", "cooling=liquid"
+    )
+    assert "to fill in" not in proc.stdout
+    failed = {r.rule for r in check_submission_tree(root).results if not r.passed}
+    assert "system-json" not in failed
+
+
+@pytest.mark.skipif(
+    not os.environ.get("MLPERF_INFERENCE_REPO"),
+    reason="MLPERF_INFERENCE_REPO names no clone of github.com/mlcommons/inference here",
+)
+def test_the_official_checker_judges_the_packaged_tree(full_tree):
+    """The real MLCommons checker on the packaged CPU tree (Offline + Server): it runs to its
+    summary. A tiny-model run is no compliant result (3 s, 24 samples), so it must report
+    errors, as our own "result" rules do; our command exits 3 and shows its lines."""
+    root, _ = full_tree
+    proc = cli("check-submission", str(root), "--official", os.environ["MLPERF_INFERENCE_REPO"])
+    assert proc.returncode == 3, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "official checker: FAIL" in proc.stdout and "SUMMARY" in proc.stdout

@@ -278,7 +278,7 @@ def test_certify_dry_run_covers_every_benchmark_and_scenario(tmp_path):
     has no calibration (the shipped conf) and the edge benchmark no TEST06; Server and
     Interactive confirm with two full-length runs in a row; every run logs to MLflow; the 405B
     is refused while the installed LoadGen cannot make its round's results."""
-    from harness.run.environment import installed_versions
+    from harness.run.record.environment import installed_versions
     from harness.submission.rounds import choose_round, loadgen_mismatch
 
     loadgen = installed_versions(["mlcommons-loadgen"]).get("mlcommons-loadgen")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from pathlib import Path
 
@@ -85,6 +86,14 @@ def add_package_commands(sub) -> None:
     )
     add_accuracy_level_argument(chk)
     chk.add_argument(
+        "--official",
+        type=Path,
+        metavar="INFERENCE_REPO",
+        help="also run the official MLCommons submission checker from this clone of "
+        "github.com/mlcommons/inference (its tools/submission/submission_checker) on ROOT, "
+        "for the round checked; without it the command to run it is printed",
+    )
+    chk.add_argument(
         "--structure-only",
         action="store_true",
         help="only files, fields, truncation, hash and TEST06 (a demo-sized run "
@@ -158,8 +167,9 @@ def _package(args: argparse.Namespace) -> int:
         from harness.submission.checker import fill_in_hint
 
         print(
-            f"to fill in systems/{args.system}.json (empty to the checker: absent, 0 or blank; "
-            "package again with the flags): " + fill_in_hint(report.todo)
+            f"to fill in systems/{args.system}.json (what the run's machine could not report, "
+            "left empty: the checker reads absent, 0 or blank as missing; package again with "
+            "the flags): " + fill_in_hint(report.todo)
         )
     for note in report.notes:
         print(f"to do: {note}")
@@ -168,6 +178,7 @@ def _package(args: argparse.Namespace) -> int:
 
 def cmd_check_submission(args: argparse.Namespace) -> int:
     from harness.submission.checker import check_submission_tree, focus, render_checks, summary_line
+    from harness.submission.official import official_command, run_official
     from harness.submission.rounds import folder_for
 
     if (args.benchmark is None) != (args.scenario is None):
@@ -177,6 +188,19 @@ def cmd_check_submission(args: argparse.Namespace) -> int:
     if args.structure_only:
         results = [r for r in results if r.group == "structure"]
     print(f"checking {args.root} against {check.note}")
+    # The official checker first, so that our verdict line stays the last line printed.
+    official_passed = True
+    if args.official is None:
+        cmd = official_command(Path("INFERENCE_REPO"), args.root, check.round.name)
+        print(
+            "the official MLCommons checker, which every submission must pass: "
+            + " ".join(shlex.quote(c) for c in cmd)
+            + " (or check-submission --official INFERENCE_REPO)"
+        )
+    else:
+        verdict = run_official(args.official, args.root, check.round.name)
+        official_passed = verdict.passed
+        print(verdict.describe())
     if args.benchmark is None:
         print(render_checks(results))
         print(summary_line(results))
@@ -189,7 +213,8 @@ def cmd_check_submission(args: argparse.Namespace) -> int:
         if any(not r.passed for r in rest):
             line += "; " + summary_line(rest, "elsewhere in the tree: ")
         print(line)
-    return EXIT_STRICT if any(not r.passed for r in results) else EXIT_OK
+    failed = any(not r.passed for r in results) or not official_passed
+    return EXIT_STRICT if failed else EXIT_OK
 
 
 def cmd_rounds(args: argparse.Namespace) -> int:

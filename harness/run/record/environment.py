@@ -92,8 +92,14 @@ def installed_versions(dists: Iterable[str], missing: str | None = None) -> dict
     return out
 
 
+# Where a run's output folder keeps snapshot_environment() (written by harness.tracking, read by
+# `package` for the system json: the machine that ran, not the one that packages).
+ENVIRONMENT_FILE = "environment.json"
+
+
 def snapshot_environment() -> dict[str, Any]:
-    """What ran the benchmark: host, CPU, GPUs and driver, package versions, git commit."""
+    """What ran the benchmark: host, CPU, GPUs and driver, package versions, git commit, and
+    the machine facts a submission's system json takes (`machine`)."""
     env: dict[str, Any] = {
         "host": socket.gethostname(),
         "os": platform.platform(),
@@ -102,6 +108,7 @@ def snapshot_environment() -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         **_gpus(),
         "versions": installed_versions(_VERSION_DISTS),
+        "machine": machine_facts(),
     }
     commit = _run_quiet(["git", "rev-parse", "HEAD"], cwd=SOURCE_ROOT)
     if commit:
@@ -229,6 +236,7 @@ def machine_facts() -> dict[str, Any]:
                 "accelerator_memory_configuration": "HBM3e"
                 if "H200" in name
                 else ("HBM3" if "H100" in name else ""),
+                "accelerator_interconnect": _nvlink(),
             }
         )
     else:
@@ -244,7 +252,37 @@ def machine_facts() -> dict[str, Any]:
                 )
             }
         )
+    memory = _memory_configuration()
+    if memory:
+        facts["host_memory_configuration"] = memory
     return facts
+
+
+def _nvlink() -> str:
+    """GPU 0's active NVLink links and their speed (`nvidia-smi nvlink --status`), "" when it
+    reports none (PCIe only, or no NVLink support)."""
+    out = _run_quiet(["nvidia-smi", "nvlink", "--status", "-i", "0"], timeout=10) or ""
+    speeds = re.findall(r"Link \d+: ([\d.]+) GB/s", out)
+    if not speeds:
+        return ""
+    total = sum(float(x) for x in speeds)
+    return f"NVLink, {len(speeds)} links per GPU, {total:,.0f} GB/s per GPU"
+
+
+def _memory_configuration() -> str:
+    """The DIMMs as "N x SIZE TYPE" from dmidecode (root only); "" when it cannot say."""
+    if shutil.which("dmidecode") is None:
+        return ""
+    out = _run_quiet(["dmidecode", "-t", "17"], timeout=10) or ""
+    sizes = re.findall(r"^\s*Size: (\d+ [GM]B)\s*$", out, re.M)
+    kinds = sorted(set(re.findall(r"^\s*Type: (DDR\w*)\s*$", out, re.M)))
+    if not sizes:
+        return ""
+    counts: dict[str, int] = {}
+    for size in sizes:
+        counts[size] = counts.get(size, 0) + 1
+    dimms = ", ".join(f"{n} x {size}" for size, n in counts.items())
+    return f"{dimms} {'/'.join(kinds)}".strip()
 
 
 # Environment variables that change how vLLM, torch or the collective libraries behave, as
