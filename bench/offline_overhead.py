@@ -100,13 +100,8 @@ def main() -> None:
     from vllm.inputs import TokensPrompt
 
     from harness.run.setup.settings import build_log_settings
-    from sut.engine import (
-        create_llm,
-        make_engine_config,
-        make_sampling_params,
-        parse_engine_arg_pairs,
-        shutdown_llm,
-    )
+    from sut.engine import make_engine_config, make_sampling_params, parse_engine_arg_pairs
+    from sut.lifecycle import direct_llm
     from sut.offline import OfflineSUT
     from sut.qsl import TokenQSL
 
@@ -119,55 +114,54 @@ def main() -> None:
     n = len(prompts)
 
     t = time.perf_counter()
-    llm = create_llm(config)
-    print(
-        f"engine start {time.perf_counter() - t:.1f} s; {n} prompts, mean input "
-        f"{statistics.mean(map(len, prompts)):.0f} tokens",
-        flush=True,
-    )
-
-    def out_tokens(outputs) -> int:
-        return sum(len(o.outputs[0].token_ids) for o in outputs)
-
-    def raw() -> tuple[float, int]:
-        t0 = time.perf_counter()
-        outs = llm.generate(token_prompts, params, use_tqdm=False)
-        return time.perf_counter() - t0, out_tokens(outs)
-
-    def reference() -> tuple[float, int]:
-        t0, total = time.perf_counter(), 0
-        for i in range(0, n, args.batch):
-            total += out_tokens(
-                llm.generate(token_prompts[i : i + args.batch], params, use_tqdm=False)
-            )
-        return time.perf_counter() - t0, total
-
-    qsl = TokenQSL(prompts, n)
-    settings = offline_settings(n)
-
-    def ours() -> tuple[float, int]:
-        sut = OfflineSUT(llm, prompts, params, progress=False)
-        log = build_log_settings(work / "loadgen")
-        t0 = time.perf_counter()
-        lg.StartTestWithLogSettings(
-            sut.handle, qsl.handle, settings, log, str(work / "no-audit.config")
+    with direct_llm(config) as llm:
+        print(
+            f"engine start {time.perf_counter() - t:.1f} s; {n} prompts, mean input "
+            f"{statistics.mean(map(len, prompts)):.0f} tokens",
+            flush=True,
         )
-        wall = time.perf_counter() - t0
-        sut.stop()
-        assert sut.stats.completed == n, (sut.stats.completed, n)
-        # LoadGen's Offline tokens/s spans query issue -> last completion; the StartTest wall
-        # time adds LoadGen's own set-up and log writing, reported alongside.
-        span = sut.stats.last_complete_s - sut.stats.first_issue_s
-        print(f"    (StartTest wall {wall:.2f} s, issue->last completion {span:.2f} s)")
-        return span, sut.stats.output_tokens
 
-    print("warm-up (full size) ...", flush=True)
-    raw()
-    sides = {"raw": raw, "sut": ours}
-    if not args.skip_reference:
-        sides["reference"] = reference
-    rates = alternate(sides, args.repeats, args.reference_once)
-    shutdown_llm(llm)
+        def out_tokens(outputs) -> int:
+            return sum(len(o.outputs[0].token_ids) for o in outputs)
+
+        def raw() -> tuple[float, int]:
+            t0 = time.perf_counter()
+            outs = llm.generate(token_prompts, params, use_tqdm=False)
+            return time.perf_counter() - t0, out_tokens(outs)
+
+        def reference() -> tuple[float, int]:
+            t0, total = time.perf_counter(), 0
+            for i in range(0, n, args.batch):
+                total += out_tokens(
+                    llm.generate(token_prompts[i : i + args.batch], params, use_tqdm=False)
+                )
+            return time.perf_counter() - t0, total
+
+        qsl = TokenQSL(prompts, n)
+        settings = offline_settings(n)
+
+        def ours() -> tuple[float, int]:
+            sut = OfflineSUT(llm, prompts, params, progress=False)
+            log = build_log_settings(work / "loadgen")
+            t0 = time.perf_counter()
+            lg.StartTestWithLogSettings(
+                sut.handle, qsl.handle, settings, log, str(work / "no-audit.config")
+            )
+            wall = time.perf_counter() - t0
+            sut.stop()
+            assert sut.stats.completed == n, (sut.stats.completed, n)
+            # LoadGen's Offline tokens/s spans query issue -> last completion; the StartTest wall
+            # time adds LoadGen's own set-up and log writing, reported alongside.
+            span = sut.stats.last_complete_s - sut.stats.first_issue_s
+            print(f"    (StartTest wall {wall:.2f} s, issue->last completion {span:.2f} s)")
+            return span, sut.stats.output_tokens
+
+        print("warm-up (full size) ...", flush=True)
+        raw()
+        sides = {"raw": raw, "sut": ours}
+        if not args.skip_reference:
+            sides["reference"] = reference
+        rates = alternate(sides, args.repeats, args.reference_once)
     qsl.destroy()
     report(rates, n, config.describe(), args.json)
 

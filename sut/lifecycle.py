@@ -9,10 +9,11 @@ the ledger (sut.ledger); the stats are sut.stats's, the progress bar sut.progres
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from sut.ledger import Ledger
@@ -103,6 +104,30 @@ def start_engine(
         segments.remove()
         raise box["error"]
     return box["engine"], procs
+
+
+@contextlib.contextmanager
+def direct_llm(
+    config: Any, *, gpu: bool | None = None, timeout_s: float | None = None
+) -> Iterator[Any]:
+    """A `vllm.LLM` outside any SUT (a direct generation to compare against, a bench's raw
+    engine), started and ended as the SUTs' engines are: on a helper thread with `timeout_s`,
+    and on the way out shut down, its processes reaped and the shared-memory segments they
+    mapped removed. `shutdown_llm` alone leaves vLLM's queue segment in /dev/shm whenever its
+    finalizer does not run before the engine core is gone."""
+    from sut.engine import create_llm, shutdown_llm
+
+    segments = EngineSegments()
+    llm, procs = start_engine(lambda: create_llm(config, gpu=gpu), timeout_s, "direct", segments)
+    try:
+        yield llm
+    finally:
+        segments.note(procs, force=True)
+        try:
+            shutdown_llm(llm)
+        finally:
+            reap(procs, routine=True)
+            segments.remove()
 
 
 def stall_message(

@@ -67,21 +67,18 @@ def test_each_answer_belongs_to_its_own_sample(offline_smoke_run, tiny_model, ti
     from vllm.inputs import TokensPrompt
 
     from harness.benchmarks import get_benchmark
-    from sut.engine import create_llm, make_engine_config, make_sampling_params, shutdown_llm
+    from sut.engine import make_engine_config, make_sampling_params
+    from sut.lifecycle import direct_llm
 
     out = offline_smoke_run.out
     rows = json.loads(Path(tiny_dataset).read_text())
     s = get_benchmark("llama3_1-8b").sampling
-    llm = create_llm(
-        make_engine_config(str(tiny_model), {"dtype": "float32"}, gpu=False), gpu=False
-    )
-    try:
+    config = make_engine_config(str(tiny_model), {"dtype": "float32"}, gpu=False)
+    with direct_llm(config, gpu=False) as llm:
         params = make_sampling_params(max_tokens=s.max_tokens, min_tokens=s.min_tokens, seed=s.seed)
         direct = llm.generate(
             [TokensPrompt(prompt_token_ids=r["tok_input"]) for r in rows], params, use_tqdm=False
         )
-    finally:
-        shutdown_llm(llm)
     expected = {i: list(o.outputs[0].token_ids) for i, o in enumerate(direct)}
     got = {
         e["qsl_idx"]: np.frombuffer(bytes.fromhex(e["data"]), dtype=np.int32).tolist()

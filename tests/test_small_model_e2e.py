@@ -137,21 +137,16 @@ def test_every_payload_equals_a_direct_generation(accuracy_run, small_model, sma
     """The SUT's payload per qsl_idx is exactly what `LLM.generate` gives for that prompt."""
     from vllm.inputs import TokensPrompt
 
-    from sut.engine import create_llm, make_engine_config, make_sampling_params
+    from sut.engine import make_engine_config, make_sampling_params
+    from sut.lifecycle import direct_llm
 
     _, payloads = accuracy_run
     rows = json.loads(small_dataset.read_text())
-    llm = create_llm(
-        make_engine_config(str(small_model), {"dtype": "float32", "enforce_eager": True})
-    )
-    try:
+    config = make_engine_config(str(small_model), {"dtype": "float32", "enforce_eager": True})
+    with direct_llm(config) as llm:
         params = make_sampling_params(max_tokens=MAX_TOKENS, temperature=0.0, top_k=1, min_tokens=1)
         outs = llm.generate(
             [TokensPrompt(prompt_token_ids=r["tok_input"]) for r in rows], params, use_tqdm=False
         )
-    finally:
-        from sut.engine import shutdown_llm
-
-        shutdown_llm(llm)
     for index, out in enumerate(outs):
         assert payloads[index] == list(out.outputs[0].token_ids), index
