@@ -287,14 +287,15 @@ def run_side(
 ) -> dict[str, Any]:
     if side == "raw":
         fut = asyncio.run_coroutine_threadsafe(
-            poisson_stream(eng.sut, prompts, qps, duration_s, 1000 + k, replay), eng.sut._loop
+            poisson_stream(eng.session.sut, prompts, qps, duration_s, 1000 + k, replay),
+            eng.session.sut._loop,
         )
         samples, gauges = fut.result()
         row = judge(samples, gauges, qps, ttft_ms, tpot_ms)
         row["arrivals_from"] = "LoadGen's, replayed" if replay else "Poisson, count fixed"
         return row
     t = eng.trial(qps, duration_s, name="sut")
-    tl = eng.sut.timeline()
+    tl = eng.session.sut.timeline()
     p99s = {"ttft_p99_ms": t.ttft_p99_ms, "tpot_p99_ms": t.tpot_p99_ms}
     row = judge(tl.samples, tl.gauges, qps, ttft_ms, tpot_ms, p99s=p99s)
     own = latency_stats(tl.samples)

@@ -62,7 +62,7 @@ def test_verbose_keeps_it_on_the_terminal(tmp_path):
 
 
 def test_the_session_adds_vllms_first_line_to_an_engine_death_in_any_test(tmp_path):
-    """A run's test and a calibration's trial both go through EngineSession.test: the line of
+    """A run's test and a calibration's trial both go through EngineSession.run: the line of
     an engine that died carries what vLLM logged first, once, and never for a full disk."""
     from types import SimpleNamespace
 
@@ -90,3 +90,29 @@ def test_the_session_adds_vllms_first_line_to_an_engine_death_in_any_test(tmp_pa
     assert session._said_first_about(KeyboardInterrupt()) is None
     already = EngineFailure("the engine died: CUDA error: out of memory")
     assert session._said_first_about(already) is None
+
+
+def test_the_session_alone_decides_the_quick_stop_and_callers_never_reach_its_sut(tmp_path):
+    """An interrupt or a dead engine, in a phase or between phases (close(exc)), stops the
+    engine quickly; any other ending drains as usual. The runner and the trial engine go through
+    the session's phases, never through its SUT."""
+    import re
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from harness.run.execute.loadgen_call import EngineFailure
+    from harness.run.execute.session import EngineSession
+
+    prep = SimpleNamespace(request=SimpleNamespace(verbose=False))
+    for ending, quick in (
+        (KeyboardInterrupt(), True),
+        (EngineFailure("the engine died"), True),
+        (ValueError("a bug between tests"), False),
+        (None, False),
+    ):
+        session = EngineSession(prep, tmp_path)  # type: ignore[arg-type]
+        session.close(ending)
+        assert session._quick_stop is quick, ending
+    root = Path(__file__).resolve().parents[1] / "harness"
+    for path in (root / "run/execute/runner.py", root / "calibrate/trials.py"):
+        assert not re.search(r"\.sut\b", path.read_text()), path

@@ -272,18 +272,10 @@ def test_the_warning_says_when_vllms_schedulers_were_queueing_too():
     assert "had room" not in warning
 
 
-class _Recorded:
-    def __init__(self, tl):
-        self._tl = tl
-
-    def timeline(self):
-        return self._tl
-
-
 def test_record_timeline_keeps_the_summary_and_the_files_show_it(tmp_path, capsys):
     tl = engine_run(lambda t: 12)
     settings = type("Settings", (), {"server_target_qps": 20})()
-    record = record_timeline(_Recorded(tl), settings, tmp_path, "t")
+    record = record_timeline(tl, settings, tmp_path, "t")
     summary = record["in_transit"]
     assert summary["mean_in_transit"] == 12 and summary["behind"] is True
     assert summary["per_engine_mean"] == [12, 0] and summary["per_engine_max"] == [12, 0]
@@ -295,7 +287,7 @@ def test_record_timeline_keeps_the_summary_and_the_files_show_it(tmp_path, capsy
     assert (tmp_path / "timeline.png").stat().st_size > 1000
     # the same test without engine stats records no in-transit figure anywhere
     plain = Timeline(tl.samples, tl.gauges, routed=tl.routed)
-    record = record_timeline(_Recorded(plain), settings, tmp_path / "plain", "t")
+    record = record_timeline(plain, settings, tmp_path / "plain", "t")
     assert "in_transit" not in record and "png" in record["timeline"]
     doc = json.loads((tmp_path / "plain" / "timeline.json").read_text())
     assert "in_transit" not in doc and "in_transit" not in doc["series"][30]

@@ -18,19 +18,17 @@ logs and its timeline (json + png) in its own folder.
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from harness.calibrate.record import TrialResult
 from harness.run.execute.runner import add_latency_fields, run_identity
-from harness.run.execute.session import EngineSession
+from harness.run.execute.session import EngineSession, Phase, PhaseResult
 from harness.run.record.logs import parse_detail_log, performance_result
 from harness.run.record.timeline import judge_sustained, judge_trial, write_timeline
 from harness.run.setup.prepare import PreparedRun
-from harness.run.setup.settings import audit_path_for, build_log_settings
-from sut.engine import resolved_engine_args
+from harness.run.setup.settings import audit_path_for
 
 
 def trial_counts(qps: float, duration_s: float, min_queries: int, size: int) -> tuple[int, int]:
@@ -77,17 +75,16 @@ class TrialEngine:
         except BaseException:
             self.session.close()
             raise
-        self.lg, self.sut = self.session.lg, self.session.sut
+        self.lg = self.session.lg
         self.audit = audit_path_for(logs, None)
         self.n = 0
         self.trials: list[TrialResult] = []
 
-    def _test(self, settings: Any, name: str) -> tuple[Path, float]:
+    def _test(self, settings: Any, name: str, **phase: Any) -> PhaseResult:
+        """One LoadGen test in its own numbered folder (`phase`: Phase's other fields)."""
         self.n += 1
         log_dir = self.logs / f"{self.n:02d}-{name}"
-        t0 = time.monotonic()
-        self.session.test(settings, build_log_settings(log_dir), self.audit, name)
-        return log_dir, time.monotonic() - t0
+        return self.session.run(Phase(name, settings, log_dir, self.audit, **phase))
 
     def offline_rate(self, samples: int) -> dict[str, Any]:
         """One Offline test of `samples` samples on this engine: its samples/s is the ceiling
@@ -101,10 +98,11 @@ class TrialEngine:
         s.min_query_count = samples
         s.offline_expected_qps = float(samples)
         s.performance_sample_count_override = min(samples, self.size)
-        log_dir, wall = self._test(s, f"offline-{samples}")
-        perf = performance_result(log_dir).to_dict()
-        perf["wall_s"] = round(wall, 2)
-        perf["log_dir"] = str(log_dir)
+        done = self._test(s, f"offline-{samples}")
+        assert done.log_dir is not None
+        perf = performance_result(done.log_dir).to_dict()
+        perf["wall_s"] = round(done.wall_s, 2)
+        perf["log_dir"] = str(done.log_dir)
         return perf
 
     def trial(
@@ -125,14 +123,14 @@ class TrialEngine:
         wanted, loaded = trial_counts(qps, duration_s, min_queries, self.size)
         s.min_query_count = wanted
         s.performance_sample_count_override = loaded
-        limiter = getattr(self.sut, "limit_in_flight", None)
-        if limiter is not None:
-            limiter(max_in_flight)
-        log_dir, wall = self._test(s, f"{name}-{qps:g}")
+        done = self._test(
+            s, f"{name}-{qps:g}", timeline=True, limit_in_flight=True, max_in_flight=max_in_flight
+        )
+        log_dir, wall, tl = done.log_dir, done.wall_s, done.timeline
+        assert log_dir is not None and tl is not None  # a Server-like SUT keeps a timeline
         detail = parse_detail_log(log_dir / "mlperf_log_detail.txt")
         perf = performance_result(log_dir, detail).to_dict()
         add_latency_fields(perf, detail.values)
-        tl = self.sut.timeline()
         verdict = judge_sustained(tl.samples, tl.gauges, qps)
         write_timeline(
             log_dir,
@@ -146,8 +144,7 @@ class TrialEngine:
             routed=tl.routed,
         )
         judged = judge_trial(perf, verdict, self.ttft_ms, self.tpot_ms)
-        stats = self.sut.stats
-        record = self.sut.stats_record()
+        record = done.stats
         result = TrialResult(
             name=name,
             target_qps=qps,
@@ -165,7 +162,7 @@ class TrialEngine:
             sustained=verdict.to_dict(),
             log_dir=str(log_dir),
             extra={
-                "peak_engine_in_flight": getattr(stats, "peak_engine_in_flight", None),
+                "peak_engine_in_flight": done.peak_engine_in_flight,
                 "completed_tokens_per_s": perf.get("tokens_per_second"),
                 "early_stopping_met": perf.get("early_stopping_met"),
                 **{k: record.get(k) for k in ("dp_routing", "routed", "engine_served")},
@@ -177,7 +174,7 @@ class TrialEngine:
     def run_record(self) -> dict[str, Any]:
         """What this engine runs, as a run's result.json records it (run_identity), with the
         engine args as the engine resolved them."""
-        resolved = resolved_engine_args(getattr(self.sut, "vllm_config", None))
+        _, resolved = self.session.engine_resolved()
         return {**run_identity(self.prep), "engine_resolved_args": resolved}
 
     def close(self) -> None:

@@ -146,7 +146,7 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace, extra: 
         _exit_now_if_loadgen_running(130)
         return 130
     except Exception as exc:
-        from harness.run.execute.runner import EngineFailure
+        from harness.run.execute.loadgen_call import EngineFailure
         from sut.lifecycle import EngineStartTimeout
 
         if debug:

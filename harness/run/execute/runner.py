@@ -22,9 +22,7 @@ from harness.datasets import (
 )
 from harness.errors import UsageError
 from harness.resources import require_shipped
-from harness.run.execute.loadgen_call import EngineFailure
-from harness.run.execute.session import EngineSession
-from harness.run.execute.warmup import warm_up
+from harness.run.execute.session import EngineSession, Phase, PhaseResult
 from harness.run.record.cost import add_cost
 from harness.run.record.environment import RUN_VERSION_DISTS, engine_env_vars, installed_versions
 from harness.run.record.logs import ACCURACY_LOG, DETAIL_LOG, parse_detail_log, performance_result
@@ -42,14 +40,12 @@ from harness.run.setup.checks import (
 from harness.run.setup.prepare import PreparedRun, prepare
 from harness.run.setup.settings import (
     audit_path_for,
-    build_log_settings,
     cap_performance_sample_count,
     issue_plan,
     planned_samples,
     set_mode,
 )
 from harness.run.setup.spec import RunSpec
-from sut.engine import resolved_engine_args, resolved_settings
 
 log = logging.getLogger(__name__)
 
@@ -212,19 +208,18 @@ def _run_tests(
             result.issue_plan = plan.to_dict()
             print(plan.line(), flush=True)
 
-    session = EngineSession(prep, req.output, settings.performance_sample_count_override or None)
-    try:
-        result.engine_start_s = session.start()
-    except BaseException as exc:
-        result.status = ending_status(exc)
-        result.error = session.start_error or f"{type(exc).__name__}: {exc}"
-        write_after_failure(result, result_path)
-        session.close()
-        raise
-    try:
+    # leaving the block stops the engine: quickly after an interrupt or a dead engine
+    with EngineSession(
+        prep, req.output, settings.performance_sample_count_override or None
+    ) as session:
+        try:
+            result.engine_start_s = session.start()
+        except BaseException as exc:
+            result.status = ending_status(exc)
+            result.error = session.failure_line(exc)
+            write_after_failure(result, result_path)
+            raise
         _run_on_engine(session, plan, result, result_path, check_test06)
-    finally:
-        session.close()
 
 
 def _run_on_engine(
@@ -234,13 +229,12 @@ def _run_on_engine(
     result_path: Path,
     check_test06: Test06Check | None,
 ) -> None:
-    """The run's tests on the started engine; a failure is recorded with what vLLM said."""
-    prep, sut = session.prep, session.sut
+    """The run's phases on the started engine; a failure is recorded with what vLLM said."""
+    prep = session.prep
     req, out, settings = prep.request, prep.request.output, prep.settings
     audit = audit_path_for(out, req.audit_config)
-    resolved = resolved_settings(getattr(sut, "vllm_config", None))
+    resolved, result.engine_resolved_args = session.engine_resolved()
     result.engine_resolved = resolved
-    result.engine_resolved_args = resolved_engine_args(getattr(sut, "vllm_config", None))
     if resolved.get("enable_prefix_caching"):
         # Our default turns it off; this catches a vLLM version or config that turned it on.
         note = "the engine runs with prefix caching on: not compliant (MLPerf LLM rules)"
@@ -249,53 +243,55 @@ def _run_on_engine(
     stats_by_mode: dict[str, dict[str, Any]] = {}
     mode = req.modes()[0]
 
-    def keep_stats(mode: str) -> None:
-        stats_by_mode[mode] = sut.stats_record()
+    def keep_stats(mode: str, stats: dict[str, Any]) -> None:
+        stats_by_mode[mode] = stats
         # The performance test's stats are the run's (MLflow metrics, summary table).
         result.sut_stats = stats_by_mode.get("performance", stats_by_mode[mode])
         result.sut_stats_by_mode = stats_by_mode
 
     try:
         if req.warmup_samples:
-            result.warmup = warm_up(sut, prep.dataset.prompts, req.warmup_samples)
+            result.warmup = session.run(Phase.warm_up(req.warmup_samples)).warmup
         for mode in req.modes():
             set_mode(settings, mode)
             log_dir = out / mode
             # an audit.config changes what LoadGen issues after the plan was made: no total
             planned = None if req.audit_config else planned_samples(mode, plan, prep.dataset.size)
             profiling = req.profile is not None and mode == "performance"
-            if profiling:
-                sut.profile(True)
-            session.test(
-                settings, build_log_settings(log_dir), audit, mode, progress=mode, planned=planned
+            phase = Phase(
+                mode,
+                settings,
+                log_dir,
+                audit,
+                progress=mode,
+                planned=planned,
+                profile=profiling,
+                timeline=mode == "performance" and req.scenario != "Offline",
             )
+            done = session.run(phase)
             if profiling:
-                sut.profile(False)  # returns once every rank wrote its trace
                 result.profile = summarize(out / PROFILE_DIR)
                 print(brief(result.profile), flush=True)
             if mode == "performance":
-                _record_performance(prep, sut, log_dir, result)
+                _record_performance(prep, done.timeline, log_dir, result)
             else:
                 result.accuracy = {"log": str(log_dir / ACCURACY_LOG)}
-            keep_stats(mode)
+            keep_stats(mode, done.stats)
             result.write(result_path)
         if req.test06:
             mode = "TEST06"
-            _run_test06(session, result, check_test06)
-            keep_stats(mode)
+            keep_stats(mode, _run_test06(session, result, check_test06).stats)
             result.write(result_path)
     except BaseException as exc:
         result.status = ending_status(exc)
-        # an engine that died in a test: the session's line already carries what vLLM said
-        result.error = f"{type(exc).__name__}: {exc}"
-        keep_stats(mode)
+        # an engine that died in a phase: the session's line already carries what vLLM said
+        result.error = session.failure_line(exc)
+        keep_stats(mode, session.stats_record())
         write_after_failure(result, result_path)
-        if isinstance(exc, (KeyboardInterrupt, EngineFailure)):
-            session.stop_quickly()  # also when it came between the session's tests
-        raise
+        raise  # the session decides how quickly its engine stops (EngineSession.close)
 
 
-def _record_performance(prep: PreparedRun, sut: Any, log_dir: Path, result: RunResult) -> None:
+def _record_performance(prep: PreparedRun, timeline: Any, log_dir: Path, result: RunResult) -> None:
     """The performance test's figures from its logs (and the timeline, Server-like)."""
     req = prep.request
     detail = parse_detail_log(log_dir / DETAIL_LOG)
@@ -306,13 +302,13 @@ def _record_performance(prep: PreparedRun, sut: Any, log_dir: Path, result: RunR
         add_latency_fields(perf, detail.values)
         title = f"{prep.loadgen_model} {req.scenario}"
         perf.update(
-            record_timeline(sut, prep.settings, req.output, title, prep.bench.server_limits)
+            record_timeline(timeline, prep.settings, req.output, title, prep.bench.server_limits)
         )
 
 
 def _run_test06(
     session: EngineSession, result: RunResult, check_test06: Test06Check | None
-) -> None:
+) -> PhaseResult:
     """Compliance TEST06 on the running engine: a performance-mode test under the shipped
     TEST06 audit.config (LoadGen applies it to this test only), logs in OUTPUT/TEST06/performance,
     then the caller's verification of them."""
@@ -322,7 +318,7 @@ def _run_test06(
     log_dir.mkdir(parents=True, exist_ok=True)
     audit = audit_path_for(folder, require_shipped(TEST06_AUDIT))
     set_mode(prep.settings, "performance")
-    session.test(prep.settings, build_log_settings(log_dir), audit, "TEST06", progress="TEST06")
+    done = session.run(Phase("TEST06", prep.settings, log_dir, audit, progress="TEST06"))
     result.test06 = {"log_dir": str(log_dir), "audit_config": TEST06_AUDIT}
     if check_test06 is not None:
         try:
@@ -330,6 +326,7 @@ def _run_test06(
         except Exception as exc:  # the logs are on disk: `compliance test06` can judge them
             result.test06["error"] = " ".join(str(exc).split()) or type(exc).__name__
             print(f"warning: TEST06 not verified: {result.test06['error']}", flush=True)
+    return done
 
 
 def add_latency_fields(perf: dict[str, Any], v: Mapping[str, Any]) -> None:

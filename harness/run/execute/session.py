@@ -7,8 +7,13 @@ trials and its Offline ceiling in harness.calibrate.trials, the capacity benches
   folder's `engine.log` (the terminal keeps our lines; `verbose` shows vLLM's as well); a line
   every 30 s while it starts; a failed start becomes one line with vLLM's root cause, its output
   kept in `engine_start.log`;
-- each test: LoadGen on its worker thread, watched from this thread for Ctrl-C, a stalled
-  engine and a lost worker (vLLM's own line, `FatalWatch`), and failed on an engine error;
+- each phase (`run(Phase) -> PhaseResult`: the warm-up, a run's LoadGen test, a calibration's
+  trial): LoadGen on its worker thread, watched from this thread for Ctrl-C, a stalled engine
+  and a lost worker (vLLM's own line, `FatalWatch`), failed on an engine error with what vLLM
+  logged first; the phase's figures (the SUT's stats, its timeline) read back in one record, so
+  that callers never reach the SUT itself;
+- the quick stop: decided in one place (`_ends_quickly`), for a failed phase and for a failure
+  between phases alike (`close(exc)`, or leaving `with session:` on an exception);
 - the stop, whatever happened: a test LoadGen still runs is abandoned (its ledger too: nobody
   waits for those samples), the engine is stopped (quickly after Ctrl-C or a dead engine, whose
   core may sit minutes in a step), the QSL freed and vLLM's output pipes closed.
@@ -20,7 +25,9 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 from harness import files
@@ -31,6 +38,7 @@ from harness.run.execute.loadgen_call import (
     loadgen_still_running,
     run_loadgen_test,
 )
+from harness.run.execute.warmup import warm_up
 from harness.run.record.engine_log import (
     ENGINE_LOG,
     ENGINE_START_LOG,
@@ -41,7 +49,8 @@ from harness.run.record.engine_log import (
 )
 from harness.run.setup.prepare import PreparedRun, uses_offline_sut
 from harness.run.setup.ray_cluster import mark_ray_workers
-from sut.engine import vllm_reason
+from harness.run.setup.settings import build_log_settings
+from sut.engine import resolved_engine_args, resolved_settings, vllm_reason
 from sut.lifecycle import DEFAULT_STOP_TIMEOUT_S, INTERRUPT_STOP_TIMEOUT_S, EngineStartTimeout
 
 STILL_GOING_S = 30.0  # a line this often while the engine starts
@@ -102,9 +111,58 @@ def build_sut(prep: PreparedRun) -> Any:
     )
 
 
+@dataclass(frozen=True)
+class Phase:
+    """One phase on a started engine. `settings` None: the untimed warm-up of `warmup_samples`
+    prompts (no LoadGen); else one LoadGen test with these TestSettings, its logs in `log_dir`
+    and LoadGen's audit file looked up at `audit`.
+
+    `progress`: the bar's label (None: no bar), over `planned` samples when known; `profile`:
+    the engine's profiler on for the test; `timeline`: read the SUT's timeline when it ends
+    (Server-like SUTs keep one); `limit_in_flight`: cap the requests in the engine at
+    `max_in_flight` for this test (None lifts the cap) where the SUT can."""
+
+    label: str
+    settings: Any = None
+    log_dir: Path | None = None
+    audit: Path | None = None
+    progress: str | None = None
+    planned: int | None = None
+    profile: bool = False
+    timeline: bool = False
+    limit_in_flight: bool = False
+    max_in_flight: int | None = None
+    warmup_samples: int = 0
+
+    @classmethod
+    def warm_up(cls, samples: int) -> Phase:
+        return cls("warm-up", warmup_samples=samples)
+
+
+@dataclass
+class PhaseResult:
+    """What a phase leaves: its wall time, the SUT's stats record after it (result.json's
+    `sut_stats`), the peak of requests in the engine, the timeline when asked, and for the
+    warm-up what it did (result.json's `warmup`)."""
+
+    label: str
+    wall_s: float
+    stats: dict[str, Any] = field(default_factory=dict)
+    peak_engine_in_flight: int | None = None
+    log_dir: Path | None = None
+    timeline: Any = None
+    warmup: dict[str, Any] | None = None
+
+
+def _ends_quickly(exc: BaseException | None) -> bool:
+    """Whether an ending leaves nothing to drain: an interrupt or a failed engine (a core whose
+    worker is gone may sit minutes in its step), so the engine is stopped as after Ctrl-C."""
+    return isinstance(exc, (KeyboardInterrupt, EngineFailure))
+
+
 class EngineSession:
     """The engine of `prep` (harness.run.setup.prepare.PreparedRun) with its
-    QSL: `start()`, `test()` as often as needed, `close()`.
+    QSL: `start()`, `run(phase)` as often as needed, `close()` (or `with session:`).
 
     `folder` takes vLLM's output (`engine.log`, or `engine_start.log` for a failed start);
     `qsl_samples`: the samples the QSL reports as its performance count (None: all)."""
@@ -182,47 +240,90 @@ class EngineSession:
 
     # -- tests ---------------------------------------------------------------------------------
 
-    def test(
-        self,
-        settings: Any,
-        log_settings: Any,
-        audit: Path,
-        label: str,
-        *,
-        progress: str | None = None,
-        planned: int | None = None,
-    ) -> None:
-        """One LoadGen test under the run's watches (stall timeout, lost worker, a full output
-        file system); raises EngineFailure when the engine failed during it (OutputFull when
-        the file system filled). `progress`: the bar's label (None: no
-        bar), over `planned` samples when known."""
-        sut = self.sut
-        sut.reset_stats()
-        if progress is not None:
-            sut.begin_progress(progress, planned)
+    def run(self, phase: Phase) -> PhaseResult:
+        """One phase under the run's watches; its result. A failed phase raises (EngineFailure
+        with what vLLM logged first when the engine died; OutputFull when the file system
+        filled) and leaves the engine to be stopped quickly where nothing is left to drain."""
+        t0 = time.monotonic()
         try:
-            run_loadgen_test(
-                self.lg,
-                sut,
-                self.qsl,
-                settings,
-                log_settings,
-                audit,
-                label,
-                self.prep.request.stall_timeout_s,
-                fatal=self.fatal,
-                space=self.folder,
-            )
-            if progress is not None:
-                sut.end_progress()
-            if sut.error is not None:
-                raise failure_of(label, sut.error)
-        except (KeyboardInterrupt, EngineFailure) as exc:
-            self.stop_quickly()  # interrupted, or the engine failed: nothing to drain
+            warmup = None
+            if phase.settings is None:
+                warmup = self._warm_up(phase)
+            else:
+                self._test(phase)
+        except BaseException as exc:
+            if _ends_quickly(exc):
+                self.stop_quickly()
             said = self._said_first_about(exc)
             if said is not None:  # for a run and a calibration's trial alike
                 raise EngineFailure(f"{exc} (vLLM logged first: {said})") from exc
             raise
+        wall = time.monotonic() - t0
+        sut = self.sut
+        timeline = sut.timeline() if phase.timeline and hasattr(sut, "timeline") else None
+        return PhaseResult(
+            label=phase.label,
+            wall_s=wall,
+            stats=sut.stats_record(),
+            peak_engine_in_flight=getattr(sut.stats, "peak_engine_in_flight", None),
+            log_dir=phase.log_dir,
+            timeline=timeline,
+            warmup=warmup,
+        )
+
+    def _warm_up(self, phase: Phase) -> dict[str, Any]:
+        """The untimed warm-up (harness.run.execute.warmup); what it did, for result.json."""
+        return warm_up(self.sut, self.prep.dataset.prompts, phase.warmup_samples)
+
+    def _test(self, phase: Phase) -> None:
+        """One LoadGen test; raises EngineFailure when the engine failed during it."""
+        assert phase.log_dir is not None and phase.audit is not None
+        sut = self.sut
+        if phase.limit_in_flight:
+            limiter = getattr(sut, "limit_in_flight", None)
+            if limiter is not None:
+                limiter(phase.max_in_flight)
+        if phase.profile:
+            sut.profile(True)
+        sut.reset_stats()
+        if phase.progress is not None:
+            sut.begin_progress(phase.progress, phase.planned)
+        run_loadgen_test(
+            self.lg,
+            sut,
+            self.qsl,
+            phase.settings,
+            build_log_settings(phase.log_dir),
+            phase.audit,
+            phase.label,
+            self.prep.request.stall_timeout_s,
+            fatal=self.fatal,
+            space=self.folder,
+        )
+        if phase.progress is not None:
+            sut.end_progress()
+        if sut.error is not None:
+            raise failure_of(phase.label, sut.error)
+        if phase.profile:
+            sut.profile(False)  # returns once every rank wrote its trace
+
+    # -- what the engine is ------------------------------------------------------------------
+
+    def engine_resolved(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The engine's settings as vLLM resolved them: (result.json's `engine_resolved`,
+        `engine_resolved_args`)."""
+        config = getattr(self.sut, "vllm_config", None)
+        return resolved_settings(config), resolved_engine_args(config)
+
+    def stats_record(self) -> dict[str, Any]:
+        """The SUT's stats record now (also after a failed phase: what it got through)."""
+        return dict(self.sut.stats_record()) if self.sut is not None else {}
+
+    def failure_line(self, exc: BaseException) -> str:
+        """result.json's error line for an ending: the start's own line when the start failed
+        (vLLM's root cause), else the exception's, which for an engine that died in a phase
+        already carries what vLLM logged first."""
+        return self.start_error or f"{type(exc).__name__}: {exc}"
 
     def _said_first_about(self, exc: BaseException) -> str | None:
         """vLLM's own first line about an engine that died during a test (its front end only
@@ -251,8 +352,23 @@ class EngineSession:
         as after Ctrl-C (a core whose worker is gone may sit minutes in its step)."""
         self._quick_stop = True
 
-    def close(self) -> None:
-        """Stop everything `start()` started; safe after a failed start."""
+    def __enter__(self) -> EngineSession:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close(exc)
+
+    def close(self, ending: BaseException | None = None) -> None:
+        """Stop everything `start()` started; safe after a failed start. `ending`: what ended
+        the caller's work, when it failed (an interrupt or a dead engine between phases stops
+        the engine quickly, as a failed phase does)."""
+        if _ends_quickly(ending):
+            self.stop_quickly()
         sut, qsl = self.sut, self.qsl
         try:
             if sut is not None:

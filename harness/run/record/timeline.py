@@ -359,16 +359,14 @@ def host_path(
 
 
 def record_timeline(
-    sut: Any, settings: Any, out_dir: Path, title: str, limits: Any = None
+    tl: Any, settings: Any, out_dir: Path, title: str, limits: Any = None
 ) -> dict[str, Any]:
-    """A Server-like test's verdict and picture beside result.json, from the SUT's timeline
-    (`limits`: the benchmark's ServerLimits, or None). Nothing here may fail the run: the
-    LoadGen logs are the result."""
-    timeline = getattr(sut, "timeline", None)
-    if timeline is None:
+    """A Server-like test's verdict and picture beside result.json, from the SUT's timeline `tl`
+    as the test left it (None: the SUT keeps none; `limits`: the benchmark's ServerLimits, or
+    None). Nothing here may fail the run: the LoadGen logs are the result."""
+    if tl is None:
         return {}
     try:
-        tl = timeline()
         target = float(getattr(settings, "server_target_qps", 0) or 0) or None
         verdict = judge_sustained(tl.samples, tl.gauges, target)
         engine_side = {k: getattr(tl, k, ()) for k in ("engine", "engines", "routed")}
