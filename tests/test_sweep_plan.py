@@ -706,6 +706,24 @@ def test_sut_knobs_only_for_offline(tmp_path):
         parse_plan(p)
 
 
+def test_a_sut_knob_applies_where_runspec_says_it_does(tmp_path):
+    """A plan's knob names and their scenarios come from RunSpec's one declaration: the
+    warm-up applies to every scenario, the Offline order to Offline only."""
+    from harness.run.setup.spec import RunSpec
+    from harness.sweep.plan import plan_settings_names, sut_knobs
+
+    assert set(sut_knobs()) == {n for n, how in RunSpec.options() if how.plan == "knob"}
+    assert sut_knobs()["offline_order"] == ("Offline",) and sut_knobs()["warmup_samples"] is None
+    assert plan_settings_names()[:2] == ("benchmark", "scenario")
+    p = _plan(tmp_path, "knob k --sut warmup_samples=4\n")
+    p.write_text(p.read_text().replace("scenario Offline", "scenario Server"))
+    plan = parse_plan(p, check_engine_args=False)
+    assert plan.scenario == "Server" and plan.knobs[0].change.sut == (("warmup_samples", "4"),)
+    p.write_text(p.read_text() + "knob o --sut offline_order=longest-first\n")
+    with pytest.raises(PlanError, match="offline_order applies to the Offline scenario only"):
+        parse_plan(p, check_engine_args=False)
+
+
 def test_a_server_sweep_says_its_figure_does_not_rank_capacity(tmp_path):
     path = _plan(
         tmp_path, "baseline --engine-arg max_num_seqs=64\nknob a --engine-arg max_num_seqs=8\n"

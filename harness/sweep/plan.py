@@ -23,20 +23,22 @@ SWEEP_FILES = ("sweep.json", "sweep.csv", "sweep.md", "sweep.png", "plan.txt", "
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 _ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _UNEXPANDED_RE = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?")
-_SETTINGS = (
-    "benchmark",
-    "scenario",
-    "model",
-    "dataset",
-    "user_conf",
-    "max_tokens",
-    "ignore_eos",
-    "output_lengths",
-)
-# Options of our SUT a knob may set (`--sut KEY=VALUE`): fields of harness.run.setup.spec.RunSpec,
-# applied over the plan's run with dataclasses.replace; each run records them in result.json
-# `sut_options`.
-SUT_KNOBS = ("offline_order", "warmup_samples", "dp_routing", "frontend")
+
+
+def plan_settings_names() -> tuple[str, ...]:
+    """A plan's setting lines: the RunSpec fields declared `plan="setting"` (one declaration)."""
+    from harness.run.setup.spec import RunSpec
+
+    return tuple(RunSpec.plan_fields("setting"))
+
+
+def sut_knobs() -> dict[str, tuple[str, ...] | None]:
+    """Options of our SUT a knob may set (`--sut KEY=VALUE`): the RunSpec fields declared
+    `plan="knob"`, each with the scenarios it applies to (None: every one). They are applied
+    over the plan's run, and each run records them in result.json `sut_options`."""
+    from harness.run.setup.spec import RunSpec
+
+    return {name: how.scenarios for name, how in RunSpec.plan_fields("knob").items()}
 
 
 class PlanError(UsageError):
@@ -52,7 +54,7 @@ class Change:
 
     engine_args: tuple[str, ...] = ()  # KEY=VALUE as written
     env: tuple[tuple[str, str], ...] = ()
-    sut: tuple[tuple[str, str], ...] = ()  # SUT_KNOBS keys
+    sut: tuple[tuple[str, str], ...] = ()  # sut_knobs() keys
 
     def describe(self) -> str:
         parts = [f"--engine-arg {p}" for p in self.engine_args]
@@ -112,11 +114,12 @@ def _parse_change(tokens: list[str], where: str) -> Change:
         if opt == "--engine-arg":
             engine.append(value)
         elif opt == "--sut":
-            if key not in SUT_KNOBS:
-                hint = did_you_mean(key, SUT_KNOBS)
+            knobs = sut_knobs()
+            if key not in knobs:
+                hint = did_you_mean(key, knobs)
                 raise PlanError(
                     f"{where}: --sut {value!r}: {key!r} is not a SUT option{hint}; use one of "
-                    f"{', '.join(SUT_KNOBS)}"
+                    f"{', '.join(knobs)}"
                 )
             sut.append((key, _sut_value(key, value.partition("=")[2], where)))
         else:
@@ -167,8 +170,7 @@ def parse_plan(path: str | Path, *, check_engine_args: bool = True) -> Plan:
             raise PlanError(f"{path}: no `{required}` line: the baseline needs one")
     if not knobs:
         raise PlanError(f"{path}: no `knob` lines: a sweep needs at least one knob")
-    if settings["scenario"] != "Offline" and (baseline.sut or any(k.change.sut for k in knobs)):
-        raise PlanError(f"{path}: --sut options apply to the Offline scenario only")
+    _check_scenarios(path, settings["scenario"], baseline, knobs)
     try:
         from harness.benchmarks import resolve
 
@@ -196,11 +198,24 @@ def parse_plan(path: str | Path, *, check_engine_args: bool = True) -> Plan:
     return plan
 
 
+def _check_scenarios(path: Path, scenario: str, baseline: Change, knobs: list[Knob]) -> None:
+    """Each `--sut` option only in a plan whose scenario it applies to (RunSpec's declaration)."""
+    applies = sut_knobs()
+    for key, _ in baseline.sut + tuple(p for k in knobs for p in k.change.sut):
+        only = applies.get(key)
+        if only is not None and scenario not in only:
+            raise PlanError(
+                f"{path}: --sut {key} applies to the {' / '.join(only)} scenario only, "
+                f"not {scenario}: drop it or sweep a {only[0]} plan"
+            )
+
+
 def _parse_lines(path: Path, text: str) -> tuple[dict[str, str], Change, list[Knob]]:
     """The plan's lines, each checked as read: its settings, the baseline, the knobs."""
     settings: dict[str, str] = {}
     baseline = Change()
     knobs: list[Knob] = []
+    names = plan_settings_names()
     for n, raw in enumerate(text.splitlines(), start=1):
         where = f"{path}:{n}"
         try:
@@ -211,7 +226,7 @@ def _parse_lines(path: Path, text: str) -> tuple[dict[str, str], Change, list[Kn
             continue
         tokens = [_expand(t, where) for t in tokens]
         word, rest = tokens[0], tokens[1:]
-        if word in _SETTINGS:
+        if word in names:
             if len(rest) != 1:
                 raise PlanError(f"{where}: `{word}` takes one value, e.g. `{word} VALUE`")
             if word in settings:
@@ -245,7 +260,7 @@ def _parse_lines(path: Path, text: str) -> tuple[dict[str, str], Change, list[Kn
         else:
             raise PlanError(
                 f"{where}: unknown directive {word!r}: use one of "
-                f"{', '.join(_SETTINGS)}, baseline, knob"
+                f"{', '.join(names)}, baseline, knob"
             )
     return settings, baseline, knobs
 

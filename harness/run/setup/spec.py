@@ -68,6 +68,11 @@ class Opt:
     zero_is_none: bool = False  # `0` on the command line means None (a timeout: never)
     flag_name: str | None = None  # the flag when it is not the field's name
     group: str | None = None  # its heading in `run --help` (GROUPS)
+    # its place in a sweep plan (harness.sweep.plan): "setting" (a line of its own that every
+    # config shares) or "knob" (`--sut KEY=VALUE`, which a knob may change; the run records it
+    # in result.json `sut_options`, where the sweep checks that it ran as asked); None: neither
+    plan: str | None = None
+    scenarios: tuple[str, ...] | None = None  # the scenarios it applies to (None: every one)
 
     def flag(self, name: str) -> str:
         if self.flag_name:
@@ -99,14 +104,15 @@ class RunSpec:
     LoadGen settings on top of the user.conf, watchdogs) and where it writes."""
 
     # a preset name (the CLI maps submission names)
-    benchmark: str = opt(kind="common", group="inputs")
-    scenario: str = opt(parse=scenario_name, choices=SCENARIOS, group="inputs")
+    benchmark: str = opt(kind="common", group="inputs", plan="setting")
+    scenario: str = opt(parse=scenario_name, choices=SCENARIOS, group="inputs", plan="setting")
     mode: str = opt("performance", choices=MODES, group="inputs")
-    model: Path = opt(parse=Path, help="local checkpoint folder", group="inputs")
+    model: Path = opt(parse=Path, help="local checkpoint folder", group="inputs", plan="setting")
     dataset: Path = opt(
         parse=Path,
         help="preprocessed dataset (.json, .jsonl, .parquet, .pkl with --allow-pickle)",
         group="inputs",
+        plan="setting",
     )
     output: Path = opt(parse=Path, help="folder for logs and results", group="output")
     overwrite: bool = opt(
@@ -116,7 +122,11 @@ class RunSpec:
         group="output",
     )
     user_conf: Path | None = opt(
-        None, parse=Path, help="LoadGen user.conf (see user_confs/)", group="LoadGen"
+        None,
+        parse=Path,
+        help="LoadGen user.conf (see user_confs/)",
+        group="LoadGen",
+        plan="setting",
     )
     audit_config: Path | None = opt(
         None, parse=Path, help="compliance audit.config (e.g. TEST06)", group="LoadGen"
@@ -142,13 +152,18 @@ class RunSpec:
     pipeline_parallel_size: int | None = opt(None, parse=int, group="engine")
     data_parallel_size: int | None = opt(None, parse=int, group="engine")
     max_tokens: int | None = opt(
-        None, parse=int, help="override the benchmark's output cap", group="SUT"
+        None,
+        parse=int,
+        help="override the benchmark's output cap",
+        group="SUT",
+        plan="setting",
     )
     ignore_eos: bool = opt(
         False,
         kind="switch",
         help="fixed-length outputs, for weights-free throughput runs only",
         group="SUT",
+        plan="setting",
     )
     output_lengths: str | None = opt(
         None,
@@ -157,6 +172,7 @@ class RunSpec:
         "integer column of the dataset (a benchmark's output length profile with dummy "
         "weights, instead of every output --max-tokens long)",
         group="SUT",
+        plan="setting",
     )
     allow_pickle: bool = opt(
         False,
@@ -176,6 +192,8 @@ class RunSpec:
         help="Offline: the order the query's samples go to the engine, by prompt length "
         "(a SUT may process them in any order; default: LoadGen's)",
         group="SUT",
+        plan="knob",
+        scenarios=("Offline",),
     )
     prefill_policy: str | None = opt(
         None,
@@ -193,6 +211,7 @@ class RunSpec:
         "sends it to the engine with the least outstanding work, prompts awaiting their prefill "
         "weighed above decodes; sut/routing.py) or vllm (vLLM's own balancer)",
         group="SUT",
+        plan="knob",
     )
     frontend: str = opt(
         DEFAULT_FRONTEND,
@@ -204,6 +223,7 @@ class RunSpec:
         "calls), or auto (per-engine with --data-parallel-size > 1 and --dp-routing ours, "
         "else shared)",
         group="SUT",
+        plan="knob",
     )
     engine_stats: bool = opt(
         False,
@@ -261,6 +281,7 @@ class RunSpec:
         help="generate N prompts before the LoadGen test, untimed: the dataset's lengths, "
         "none of its prompts (the first passes pay for kernel selection and graph capture)",
         group="SUT",
+        plan="knob",
     )
     price_per_hour: float | None = opt(
         None,
@@ -343,6 +364,11 @@ class RunSpec:
             if not isinstance(how, Opt):
                 raise TypeError(f"RunSpec.{f.name} declares no flag: declare it with opt()")
             yield f.name, how
+
+    @classmethod
+    def plan_fields(cls, role: str) -> dict[str, Opt]:
+        """The fields a sweep plan names in `role` ("setting" or "knob"), in declaration order."""
+        return {name: how for name, how in cls.options() if how.plan == role}
 
     @classmethod
     def add_arguments(
