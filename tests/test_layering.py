@@ -278,6 +278,11 @@ def test_the_checker_sees_the_known_edges() -> None:
     runner = {
         n for n, _ in _imports("harness.run.execute.runner", MODULES["harness.run.execute.runner"])
     }
-    assert {"harness.run.record.result", "sut.engine", "evaluation"} <= runner
+    assert {"harness.run.record.result", "harness.run.execute.session", "evaluation"} <= runner
+    session = {
+        n
+        for n, _ in _imports("harness.run.execute.session", MODULES["harness.run.execute.session"])
+    }
+    assert "sut.engine" in session  # the session, not the runner, reaches the engine side
     cli = {n for n, _ in _imports("harness.cli", MODULES["harness.cli"])}
     assert "harness.cli.run" in cli and "harness.proc.signals" in cli
