@@ -7,7 +7,7 @@ ENGINE_EXTRA := $(shell if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -
 STAMP := $(VENV)/.installed-$(ENGINE_EXTRA)
 PYTEST := $(PY) -m pytest
 
-.PHONY: demo test test-fast test-e2e lint bench clean install
+.PHONY: demo test test-fast test-e2e lint check bench clean install
 
 install: $(STAMP)
 
@@ -43,6 +43,11 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check sut harness evaluation tests bench
 	$(VENV)/bin/ruff format --check sut harness evaluation tests bench
 	$(VENV)/bin/mypy
+
+# Before every commit, within 3 minutes: lint and types, then the unit tests in TEST_WORKERS
+# workers (no engine start; tests/test_layering.py, the import layers, is one of them).
+check: lint
+	$(PYTEST) -q -m "not e2e and not mlflow" -n $(TEST_WORKERS) --durations=5 --timeout=300
 
 bench: $(STAMP)
 	$(PY) bench/offline_overhead.py
