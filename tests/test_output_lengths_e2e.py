@@ -4,17 +4,23 @@ benchmark's output length profile. Lengths 2 (the least where LoadGen forms a TP
 run's --max-tokens, each sample issued once (LoadGen's performance_issue_unique): the tokens the
 SUT reports add up to the column's sum, which no fixed length gives.
 
-Time budget: 90 s: two engine starts of the tiny model, a few seconds of generation each.
+The two runs share nothing, so a module fixture starts them side by side: an engine start is
+three interpreters importing vLLM one after another (about 0.7 of a core), a few seconds of
+generation each barely overlap, and nothing asserted here is a rate or a latency.
+
+Time budget: 60 s: two engine starts of the tiny model side by side, a few seconds of
+generation each.
 """
 
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import cli, run_args
+from tests.conftest import CliRun, cli, run_args
 
 pytestmark = pytest.mark.e2e
 
@@ -33,17 +39,17 @@ def lengths_dataset(tiny_dataset, tmp_path_factory) -> tuple[Path, list[int]]:
     return out, lengths
 
 
-@pytest.mark.parametrize("scenario", ["Offline", "Server"])
-def test_each_output_is_as_long_as_its_row_says(tiny_model, lengths_dataset, tmp_path, scenario):
-    data, lengths = lengths_dataset
-    n = len(lengths)
-    conf = tmp_path / "unique.conf"
+SCENARIOS = ("Offline", "Server")
+
+
+def _run(tiny_model, data: Path, n: int, root: Path, scenario: str) -> CliRun:
+    conf = root / "unique.conf"
     conf.write_text(
         f"*.{scenario}.min_duration = 0\n*.{scenario}.min_query_count = {n}\n"
         f"*.{scenario}.target_qps = 20\n*.{scenario}.performance_issue_unique = 1\n"
         f"*.*.performance_sample_count_override = {n}\n"
     )
-    out = tmp_path / "run"
+    out = root / "run"
     args = run_args(
         tiny_model,
         data,
@@ -56,7 +62,26 @@ def test_each_output_is_as_long_as_its_row_says(tiny_model, lengths_dataset, tmp
         "tok_output_len",
         scenario=scenario,
     )
-    proc = cli(*args)
+    return CliRun(out, cli(*args))
+
+
+@pytest.fixture(scope="module")
+def runs(tiny_model, lengths_dataset, tmp_path_factory) -> dict[str, CliRun]:
+    """One run per scenario, both started at once (see the module's docstring)."""
+    data, lengths = lengths_dataset
+    roots = {s: tmp_path_factory.mktemp(f"lengths-{s.lower()}") for s in SCENARIOS}
+    with ThreadPoolExecutor(len(SCENARIOS)) as pool:
+        started = {
+            s: pool.submit(_run, tiny_model, data, len(lengths), roots[s], s) for s in SCENARIOS
+        }
+        return {s: f.result() for s, f in started.items()}
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_each_output_is_as_long_as_its_row_says(runs, lengths_dataset, scenario):
+    _, lengths = lengths_dataset
+    n = len(lengths)
+    out, proc = runs[scenario].out, runs[scenario].proc
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = json.loads((out / "result.json").read_text())
     stats = result["sut_stats"]
