@@ -22,6 +22,7 @@ import shutil
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -239,20 +240,119 @@ CPU_DEFAULTS: Mapping[str, Any] = {
 }
 
 
+# The layers an engine's arguments come from, in the order they apply: a later layer's value
+# wins over an earlier one's. An engine line (`run --engine-line`) is no layer of its own: its
+# flags are typed before the user's (harness.cli.engine_line), so they sit in "flags" and
+# "pairs" ahead of the user's and lose to them.
+ENGINE_ARG_ORDER = (
+    "mlperf",  # MLPERF_DEFAULTS: what every engine here runs with unless told otherwise
+    "machine",  # CPU_DEFAULTS on a machine without a GPU (nothing on a GPU)
+    "flags",  # vLLM's engine flags as typed (`--max-num-seqs 8`), typed by vLLM's parser
+    "pairs",  # `--engine-arg KEY=VALUE` (scripts, sweep plans), typed by vLLM's parser
+    "typed",  # values a program or the run's own flags give already typed (parallel sizes)
+    "policy",  # the prefill policy's scheduler (sut.scheduling), merged into additional_config
+    "paths",  # the model's and tokenizer's local folders as absolute paths (local_path_arg)
+)
+
+
+def assemble_engine_config(
+    model: str,
+    *,
+    flags: Sequence[str] = (),
+    pairs: Iterable[str] = (),
+    typed: Mapping[str, Any] | None = None,
+    prefill_policy: str | None = None,
+    gpu: bool | None = None,
+    defaults: bool = True,
+) -> EngineConfig:
+    """The engine's arguments, the one place they are assembled: each layer of
+    ENGINE_ARG_ORDER over the ones before it. `defaults=False` leaves out the first two
+    (what the run itself sets, for the checks made before the defaults matter).
+
+    Raises EngineArgError, one line, for a flag or pair vLLM's parser refuses, a prefill
+    policy that cannot work, or one that would replace a scheduler_cls given too. vLLM's own
+    check of the whole set (check_engine_config) takes the config this returns."""
+    layers = engine_arg_layers(
+        model, flags=flags, pairs=pairs, typed=typed, prefill_policy=prefill_policy, gpu=gpu
+    )
+    kwargs: dict[str, Any] = {}
+    for name in ENGINE_ARG_ORDER:
+        if defaults or name not in ("mlperf", "machine"):
+            layer = layers[name]
+            kwargs.update(layer(kwargs) if callable(layer) else layer)
+    return EngineConfig(model=kwargs.pop("model", model), kwargs=kwargs)
+
+
+def engine_arg_layers(
+    model: str,
+    *,
+    flags: Sequence[str] = (),
+    pairs: Iterable[str] = (),
+    typed: Mapping[str, Any] | None = None,
+    prefill_policy: str | None = None,
+    gpu: bool | None = None,
+) -> dict[str, Any]:
+    """Each layer of ENGINE_ARG_ORDER by name: a mapping, or for a layer that depends on the
+    ones below it (the policy, the paths) a function of the arguments so far."""
+    gpu = has_nvidia_gpu() if gpu is None else gpu
+    return {
+        "mlperf": MLPERF_DEFAULTS,
+        "machine": {} if gpu else CPU_DEFAULTS,
+        "flags": parse_engine_flags(list(flags)),
+        "pairs": parse_engine_arg_pairs(pairs),
+        "typed": {k: v for k, v in (typed or {}).items() if k != "model"},
+        "policy": _policy_layer(prefill_policy),
+        "paths": lambda so_far: _path_layer(model, so_far),
+    }
+
+
+def _policy_layer(text: str | None) -> Any:
+    """The prefill policy's engine arguments over what the layers below set (its scheduler
+    and its part of additional_config); refused next to a scheduler_cls of the user's."""
+    if not text:
+        return {}
+    from sut.scheduling import PolicyError, PrefillPolicy
+
+    try:
+        policy = PrefillPolicy.parse(text)
+    except PolicyError as exc:
+        raise EngineArgError(f"--prefill-policy: {exc}") from None
+
+    def layer(so_far: Mapping[str, Any]) -> dict[str, Any]:
+        if policy.active and so_far.get("scheduler_cls"):
+            raise EngineArgError(
+                "--prefill-policy installs its own scheduler_cls: drop --scheduler-cls "
+                f"{so_far['scheduler_cls']} or the policy"
+            )
+        return policy.engine_kwargs(so_far.get("additional_config"))
+
+    return layer
+
+
+def _path_layer(model: str, so_far: Mapping[str, Any]) -> dict[str, Any]:
+    out = {"model": local_path_arg(model)}
+    if isinstance(so_far.get("tokenizer"), str):  # a local folder, as the model's
+        out["tokenizer"] = local_path_arg(so_far["tokenizer"])
+    return out
+
+
+def local_path_arg(value: str) -> str:
+    """A model or tokenizer argument for vLLM: a local folder as an absolute path, anything else
+    (a hub name) as given. vLLM's workers open the folder themselves, each in its own working
+    directory: under Ray that is the raylet's, not this command's."""
+    path = Path(value).expanduser()
+    return str(path.resolve()) if path.exists() else value
+
+
 def make_engine_config(
     model: str,
     overrides: Mapping[str, Any] | None = None,
     *,
     gpu: bool | None = None,
 ) -> EngineConfig:
-    """Defaults (MLPerf, then CPU-safe where there is no GPU), then the user's explicit args."""
-    gpu = has_nvidia_gpu() if gpu is None else gpu
-    kwargs: dict[str, Any] = dict(MLPERF_DEFAULTS)
-    if not gpu:
-        kwargs.update(CPU_DEFAULTS)
-    kwargs.update(overrides or {})
-    kwargs.pop("model", None)
-    return EngineConfig(model=model, kwargs=kwargs)
+    """Defaults (MLPerf, then CPU-safe where there is no GPU), then `overrides` (engine
+    kwargs already typed, as a program gives them): assemble_engine_config's "typed" layer."""
+    return assemble_engine_config(model, typed=overrides, gpu=gpu)
 
 
 def check_engine_config(config: EngineConfig, *, async_engine: bool = False) -> None:

@@ -81,6 +81,39 @@ def test_defaults_turn_prefix_caching_off_and_user_can_override():
     assert on.prefix_caching
 
 
+def test_the_engine_args_are_assembled_in_their_declared_order(tmp_path, monkeypatch):
+    """One function assembles them (sut.engine.ENGINE_ARG_ORDER, a later layer wins): the
+    defaults, vLLM's flags, the pairs, typed values, the prefill policy, the local paths."""
+    from sut.engine import ENGINE_ARG_ORDER, assemble_engine_config
+    from sut.scheduling import POLICY_KEY, SCHEDULER_CLS
+
+    assert ENGINE_ARG_ORDER[:2] == ("mlperf", "machine")
+    (tmp_path / "m").mkdir()
+    monkeypatch.chdir(tmp_path)
+    cfg = assemble_engine_config(
+        "m",
+        flags=["--max-num-seqs", "8", "--dtype", "float32", "--tokenizer", "m"],
+        pairs=["max_num_seqs=16", 'additional_config={"mine": 1}'],
+        typed={"max_num_seqs": 32, "tensor_parallel_size": 1},
+        prefill_policy="1024",
+        gpu=False,
+    )
+    assert cfg.model == str(tmp_path / "m") and cfg.kwargs["tokenizer"] == str(tmp_path / "m")
+    assert cfg.kwargs["dtype"] == "float32"  # the flag over the CPU default
+    assert cfg.kwargs["max_num_seqs"] == 32  # typed over the pair over the flag
+    assert cfg.kwargs["enforce_eager"] is True and cfg.kwargs["enable_prefix_caching"] is False
+    assert cfg.kwargs["scheduler_cls"] == SCHEDULER_CLS
+    assert cfg.kwargs["additional_config"]["mine"] == 1  # the policy keeps what was there
+    assert POLICY_KEY in cfg.kwargs["additional_config"]
+    # without the defaults: what the run sets, for the checks made before they matter
+    own = assemble_engine_config("m", pairs=["max_num_seqs=16"], gpu=False, defaults=False)
+    assert own.kwargs == {"max_num_seqs": 16}
+    with pytest.raises(EngineArgError, match="installs its own scheduler_cls"):
+        assemble_engine_config("m", pairs=["scheduler_cls=x.Y"], prefill_policy="1024")
+    with pytest.raises(EngineArgError, match="^--prefill-policy: "):
+        assemble_engine_config("m", prefill_policy="lots")
+
+
 def test_prefix_caching_on_prints_one_line_warning(capsys):
     from sut.engine import warn_if_not_compliant
 

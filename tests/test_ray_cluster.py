@@ -157,7 +157,7 @@ def test_a_workers_death_is_seen_in_the_engines_output_however_it_is_cut(cut):
 
 def test_a_local_model_folder_reaches_vllm_as_an_absolute_path(tmp_path, monkeypatch):
     """Ray's workers open the model in the raylet's directory, not the command's."""
-    from harness.run.setup.prepare import local_path_arg
+    from sut.engine import local_path_arg
 
     (tmp_path / "m").mkdir()
     monkeypatch.chdir(tmp_path)

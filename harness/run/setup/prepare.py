@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from harness import files
@@ -115,19 +114,15 @@ def _load_run_dataset(req: RunSpec, bench: Benchmark) -> LoadedDataset:
 
 
 def _engine_config(req: RunSpec) -> EngineConfig:
-    """The engine's configuration from the model and the engine flags (--profile's window
-    among them), local paths as vLLM must see them."""
-    from sut.engine import make_engine_config
-
+    """The engine's configuration (RunSpec.engine_config: every layer in its declared order),
+    with --profile's window among what the run sets."""
     window = check_profile(req.profile, req.engine_overrides)
-    overrides = dict(req.engine_overrides)
+    run: dict[str, Any] = {}
     if window is not None:
         if "performance" not in req.modes():
             raise UsageError("--profile records the performance test: add --mode performance")
-        overrides["profiler_config"] = profiler_config(window, req.output)
-    if isinstance(overrides.get("tokenizer"), str):  # a local folder, as the model's (below)
-        overrides["tokenizer"] = local_path_arg(overrides["tokenizer"])
-    return make_engine_config(local_path_arg(str(req.model)), overrides)
+        run["profiler_config"] = profiler_config(window, req.output)
+    return req.engine_config(run)
 
 
 def _check_engine(req: RunSpec, engine_config: EngineConfig) -> dict[str, Any] | None:
@@ -205,11 +200,3 @@ def uses_offline_sut(
         and int(engine_kwargs.get("data_parallel_size") or 1) == 1
         and frontend == "shared"
     )
-
-
-def local_path_arg(value: str) -> str:
-    """A model or tokenizer argument for vLLM: a local folder as an absolute path, anything else
-    (a hub name) as given. vLLM's workers open the folder themselves, each in its own working
-    directory: under Ray that is the raylet's, not this command's."""
-    path = Path(value).expanduser()
-    return str(path.resolve()) if path.exists() else value

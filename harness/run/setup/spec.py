@@ -17,12 +17,15 @@ import functools
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.benchmarks import SCENARIOS, scenario_name
 from harness.errors import UsageError, did_you_mean
 from sut.frontend import DEFAULT_FRONTEND, FRONTENDS, resolve_frontend
 from sut.routing import DEFAULT_ROUTING, ROUTINGS
+
+if TYPE_CHECKING:
+    from sut.engine import EngineConfig
 
 MODES = ("performance", "accuracy", "both")
 OFFLINE_ORDERS = ("arrival", "longest-first", "shortest-first")  # sut.offline.ORDERS
@@ -340,8 +343,16 @@ class RunSpec:
     @functools.cached_property
     def engine_overrides(self) -> Mapping[str, Any]:
         """vLLM's engine kwargs the run sets: its engine flags and --engine-arg pairs typed by
-        vLLM, the parallel sizes, and the prefill policy's scheduler."""
-        return _engine_overrides(self)
+        vLLM, the parallel sizes, and the prefill policy's scheduler (no defaults)."""
+        return self.engine_config(defaults=False).kwargs
+
+    def engine_config(
+        self, run: Mapping[str, Any] | None = None, *, defaults: bool = True
+    ) -> EngineConfig:
+        """The engine's arguments as the engine gets them (sut.engine.assemble_engine_config:
+        its layers in their declared order), `run` what the run computes besides its flags
+        (the profiler's window); a bad engine flag or prefill policy is one UsageError line."""
+        return _engine_config(self, run or {}, defaults)
 
     @property
     def frontend_in_use(self) -> str:
@@ -565,29 +576,18 @@ def _argparse_kwargs(name: str, how: Opt, default: Any) -> dict[str, Any]:
     return {k: v for k, v in kwargs.items() if v is not None or k == "help"}
 
 
-def _engine_overrides(spec: RunSpec) -> dict[str, Any]:
-    from sut.engine import EngineArgError, parse_engine_arg_pairs, parse_engine_flags
+def _engine_config(spec: RunSpec, run: Mapping[str, Any], defaults: bool) -> EngineConfig:
+    from sut.engine import EngineArgError, assemble_engine_config
 
+    typed = {n: getattr(spec, n) for n in PARALLEL_SIZES if getattr(spec, n) is not None}
     try:
-        overrides = parse_engine_flags(list(spec.engine_flags))
-        overrides.update(parse_engine_arg_pairs(spec.engine_args))
+        return assemble_engine_config(
+            str(spec.model),
+            flags=spec.engine_flags,
+            pairs=spec.engine_args,
+            typed={**typed, **run},
+            prefill_policy=spec.prefill_policy,
+            defaults=defaults,
+        )
     except EngineArgError as exc:
         raise UsageError(str(exc)) from None
-    for name in PARALLEL_SIZES:
-        value = getattr(spec, name)
-        if value is not None:
-            overrides[name] = value
-    if spec.prefill_policy:
-        from sut.scheduling import PolicyError, PrefillPolicy
-
-        try:
-            policy = PrefillPolicy.parse(spec.prefill_policy)
-        except PolicyError as exc:
-            raise UsageError(f"--prefill-policy: {exc}") from None
-        if policy.active and overrides.get("scheduler_cls"):
-            raise UsageError(
-                "--prefill-policy installs its own scheduler_cls: drop --scheduler-cls "
-                f"{overrides['scheduler_cls']} or the policy"
-            )
-        overrides.update(policy.engine_kwargs(overrides.get("additional_config")))
-    return overrides
