@@ -1,4 +1,5 @@
-"""The ledger of issued samples not yet answered: the one place a sample is answered to LoadGen.
+"""The ledger of issued samples not yet answered: the one place a sample is answered to LoadGen,
+and the one count of samples in flight (`in_flight`, `peak_in_flight`), which the SUTs read.
 
 LoadGen waits for every issued sample, so a sample never answered hangs the test, and a sample
 answered twice makes LoadGen touch a freed record. Every path (normal completion, a failing
@@ -37,6 +38,7 @@ class Ledger:
         self._on_error = on_error
         self._lock = threading.RLock()
         self._open: dict[int, float] = {}  # response id -> issue time
+        self._peak = 0  # the most samples in flight at one moment since mark_peak()
         self._first_sent: set[int] = set()
         self.last_progress_s = time.monotonic()
         self.late_answers_dropped = 0  # answers for samples already answered (after a failure)
@@ -49,6 +51,7 @@ class Ledger:
                 self.last_progress_s = now  # the stall clock starts with the first sample
             for rid in response_ids:
                 self._open[rid] = now
+            self._peak = max(self._peak, len(self._open))
 
     def progress(self) -> None:
         """The engine did work (a step returned, a token arrived)."""
@@ -57,6 +60,16 @@ class Ledger:
     @property
     def in_flight(self) -> int:
         return len(self._open)
+
+    @property
+    def peak_in_flight(self) -> int:
+        """The most samples in flight at one moment since `mark_peak()`."""
+        return self._peak
+
+    def mark_peak(self) -> None:
+        """A new test: its peak starts from what is in flight now."""
+        with self._lock:
+            self._peak = len(self._open)
 
     def is_open(self, rid: int) -> bool:
         return rid in self._open

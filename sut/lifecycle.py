@@ -9,6 +9,7 @@ the ledger (sut.ledger); the stats are sut.stats's, the progress bar sut.progres
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import logging
 import threading
@@ -63,47 +64,64 @@ def start_engine(
     timeout_s: float | None,
     what: str,
     segments: EngineSegments | None = None,
+    *,
+    launch: Callable[[Callable[[], Any]], concurrent.futures.Future] | None = None,
 ) -> tuple[Any, list]:
-    """Build an engine on a helper thread, so a start that never ends (a node that never
-    joins, a hung collective) fails after `timeout_s` and Ctrl-C is taken at once.
-    Returns (engine, the processes it started). The shared-memory segments those processes
-    map are noted into `segments` as they appear. On failure the processes are reaped and
-    the noted segments removed (an engine that refuses its configuration exits without
-    unlinking the queues it made)."""
+    """Build an engine away from the calling thread, so a start that never ends (a node that
+    never joins, a hung collective) fails after `timeout_s` and Ctrl-C is taken at once: the
+    one place an engine start is waited for, by both SUTs. `launch(factory)` runs the build
+    and returns its future (default: a thread of its own, ENGINE_START_THREAD; the Server SUT
+    builds on its event loop's thread). Returns (engine, the processes it started). The
+    shared-memory segments those processes map are noted into `segments` as they appear. On
+    failure the processes are reaped and the noted segments removed (an engine that refuses
+    its configuration exits without unlinking the queues it made)."""
     before = {p.pid for p in descendants()}
-    box: dict[str, Any] = {}
     segments = segments if segments is not None else EngineSegments()
-
-    def target() -> None:
-        try:
-            box["engine"] = factory()
-        except BaseException as exc:
-            box["error"] = exc
-
-    thread = threading.Thread(target=target, name=ENGINE_START_THREAD, daemon=True)
     t0 = time.monotonic()
-    thread.start()
+    build = (launch or _on_own_thread)(factory)
     try:
-        while thread.is_alive():
+        while True:
             left = None if timeout_s is None else timeout_s - (time.monotonic() - t0)
             if left is not None and left <= 0:
                 raise EngineStartTimeout(
-                    f"the {what} engine did not start within {time.monotonic() - t0:.0f} s: "
-                    "raise --engine-start-timeout if a cold start legitimately takes longer"
+                    f"the {what} engine did not start within {timeout_s:g} s: raise "
+                    "--engine-start-timeout if a cold start legitimately takes longer"
                 )
-            thread.join(SEGMENT_LOOK_S if left is None else min(SEGMENT_LOOK_S, left))
-            segments.note(new_processes(before))
+            try:
+                engine = build.result(SEGMENT_LOOK_S if left is None else min(SEGMENT_LOOK_S, left))
+                break
+            except concurrent.futures.TimeoutError:
+                if build.done():  # the build's own TimeoutError, not the wait's
+                    raise
+                segments.note(new_processes(before))
     except BaseException as exc:
-        reap(new_processes(before), kill_at_once=isinstance(exc, KeyboardInterrupt))
+        procs = new_processes(before)
+        if not build.done():  # given up on (timeout, Ctrl-C) while the engine loads
+            reap(procs, kill_at_once=isinstance(exc, KeyboardInterrupt))
+        else:  # the build failed
+            segments.note(procs, force=True)
+            reap(procs)
         segments.remove()
         raise
     procs = new_processes(before)
     segments.note(procs, force=True)
-    if "error" in box:
-        reap(procs)
-        segments.remove()
-        raise box["error"]
-    return box["engine"], procs
+    return engine, procs
+
+
+def _on_own_thread(factory: Callable[[], Any]) -> concurrent.futures.Future:
+    """`factory()` on a daemon thread named ENGINE_START_THREAD; its future."""
+    future: concurrent.futures.Future = concurrent.futures.Future()
+
+    def target() -> None:
+        if not future.set_running_or_notify_cancel():
+            return
+        try:
+            future.set_result(factory())
+        except BaseException as exc:
+            future.set_exception(exc)
+
+    threading.Thread(target=target, name=ENGINE_START_THREAD, daemon=True).start()
+    return future
 
 
 @contextlib.contextmanager

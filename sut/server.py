@@ -74,12 +74,7 @@ from sut.engine_pool import EnginePool
 from sut.engine_stats import WARMUP_PREFIX
 from sut.frontend import DEFAULT_FRONTEND, FrontendError, resolve_frontend
 from sut.ledger import Ledger
-from sut.lifecycle import (
-    DEFAULT_STOP_TIMEOUT_S,
-    SEGMENT_LOOK_S,
-    EngineStartTimeout,
-    EngineSUT,
-)
+from sut.lifecycle import DEFAULT_STOP_TIMEOUT_S, EngineSUT, start_engine
 from sut.progress import Progress
 from sut.reaper import EngineSegments, descendants, new_processes, reap
 from sut.routing import (
@@ -89,7 +84,7 @@ from sut.routing import (
     engines_to_route,
     mean_length,
 )
-from sut.stats import ServerStats, Timeline
+from sut.stats import InFlight, ServerStats, Timeline
 
 log = logging.getLogger(__name__)
 
@@ -151,6 +146,7 @@ class ServerSUT(EngineSUT):
         self._prompts = prompts
         self._params_of = SampleParams(sampling_params, output_lengths)
         self.stats = ServerStats()
+        self._in_engine = InFlight()  # requests inside vLLM: the one count of them
         self._engine: Any = None
         self._engine_procs: list[Any] = []
         # the engine's /dev/shm segments, removed once its processes are gone
@@ -177,43 +173,24 @@ class ServerSUT(EngineSUT):
         self._thread.start()
         # The engine is built on the loop thread, inside the running loop, so its output
         # handler task and its asyncio sockets belong to the loop that drives them.
-        before = {p.pid for p in descendants()}
-        build = asyncio.run_coroutine_threadsafe(self._build(engine_factory), self._loop)
+        builds: list[concurrent.futures.Future] = []
+
+        def on_loop(factory: Callable[[], Any]) -> concurrent.futures.Future:
+            builds.append(asyncio.run_coroutine_threadsafe(self._build(factory), self._loop))
+            return builds[0]
+
         try:
-            self._await_build(build, before, start_timeout_s)
-        except BaseException as exc:
-            if build.done():
+            start_engine(engine_factory, start_timeout_s, name, self._segments, launch=on_loop)
+        except BaseException:
+            if builds and builds[0].done():
                 self.stop()
             else:  # Ctrl-C or a timeout while the engine loads: do not wait for the load
                 self._closed = True
-                build.cancel()
-                reap(new_processes(before))
-                self._segments.remove()
-            if isinstance(exc, concurrent.futures.TimeoutError):
-                raise EngineStartTimeout(
-                    f"the {name} engine did not start within {start_timeout_s:g} s: raise "
-                    "--engine-start-timeout if a cold start legitimately takes longer"
-                ) from None
+                if builds:
+                    builds[0].cancel()
             raise
         self._loop.call_soon_threadsafe(self._start_watchdog)
         self.handle = lg.ConstructSUT(self.issue_queries, self.flush_queries)
-
-    def _await_build(
-        self, build: concurrent.futures.Future, before: set[int], timeout_s: float | None
-    ) -> None:
-        """`build.result(timeout_s)`, noting the starting engine's shared-memory segments
-        every half second meanwhile (a start that fails or is given up on leaves them)."""
-        t0 = time.monotonic()
-        while True:
-            left = None if timeout_s is None else timeout_s - (time.monotonic() - t0)
-            wait = SEGMENT_LOOK_S if left is None else max(0.0, min(SEGMENT_LOOK_S, left))
-            try:
-                build.result(wait)
-                return
-            except concurrent.futures.TimeoutError:
-                self._segments.note(new_processes(before))
-                if left is not None and left <= SEGMENT_LOOK_S:
-                    raise
 
     @classmethod
     def create(
@@ -348,7 +325,7 @@ class ServerSUT(EngineSUT):
             stats = self.stats
             if stats.issued:
                 now = time.monotonic()
-                self._gauges.append((now, stats.issued, stats.completed, stats.engine_in_flight))
+                self._gauges.append((now, stats.issued, stats.completed, self._in_engine.now))
                 view = self._engine_view
                 if view is not None:
                     self._engine_gauges.append((now, *view.snapshot()))
@@ -359,6 +336,8 @@ class ServerSUT(EngineSUT):
 
     def reset_stats(self) -> None:
         super().reset_stats()
+        self.ledger.mark_peak()
+        self._in_engine.mark()
         self.stats.dp_routing = self._routing_name()
         if self._router is not None:
             self._router.reset_counts()
@@ -394,6 +373,11 @@ class ServerSUT(EngineSUT):
             stats.routed = self._router.summary()
         if self._engine_view is not None and stats.dp_routing is not None:
             stats.engine_served = self._engine_view.served()
+        stats.in_flight, stats.peak_in_flight = self.ledger.in_flight, self.ledger.peak_in_flight
+        stats.engine_in_flight, stats.peak_engine_in_flight = (
+            self._in_engine.now,
+            self._in_engine.peak,
+        )
         return dict(vars(stats))
 
     async def _watch_engine(self) -> None:
@@ -452,10 +436,6 @@ class ServerSUT(EngineSUT):
     # Per-sample work (loop thread) ---------------------------------------------------------
     def _start(self, items: list[tuple[int, int]], issued_at: float) -> None:
         try:
-            stats = self.stats
-            stats.in_flight = self.ledger.in_flight
-            if stats.in_flight > stats.peak_in_flight:
-                stats.peak_in_flight = stats.in_flight
             self._progress.add_total(len(items))
             for rid, index in items:
                 if self.error is not None or self._closed or not self.ledger.is_open(rid):
@@ -480,9 +460,7 @@ class ServerSUT(EngineSUT):
                 request_id = f"{self._next_request}"
                 self._next_request += 1
                 stats = self.stats
-                stats.engine_in_flight += 1
-                if stats.engine_in_flight > stats.peak_engine_in_flight:
-                    stats.peak_engine_in_flight = stats.engine_in_flight
+                self._in_engine.add()
                 ids = self._prompts[index]
                 prompt = self._prompt_type(prompt_token_ids=list(ids))
                 route = {}
@@ -506,7 +484,7 @@ class ServerSUT(EngineSUT):
                     # output; leaving it suspended would make vLLM abort the request at GC.
                 failed = False
             finally:
-                self.stats.engine_in_flight -= 1
+                self._in_engine.done()
                 if rank >= 0:
                     had_first = bool(tokens) and self._report_first
                     router.finished(rank, len(ids), had_first=had_first)  # type: ignore[union-attr]
@@ -592,7 +570,6 @@ class ServerSUT(EngineSUT):
                 stats.output_tokens += tokens
                 stats.loadgen_complete_calls += 1
                 stats.completed += n
-                stats.in_flight = self.ledger.in_flight
                 stats.last_complete_s = time.monotonic()
                 self._progress.update(n, stats)
         except Exception as exc:  # whatever was taken off the lists is answered by fail()

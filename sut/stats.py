@@ -1,9 +1,34 @@
 """What the SUT saw during one LoadGen test: its counters (SUTStats, and the Server SUT's
-ServerStats), and the Server SUT's timeline of samples and gauges."""
+ServerStats), the Server SUT's timeline of samples and gauges, and `InFlight`, the one count
+of requests inside vLLM, which the Server SUT keeps and its stats record and gauges read
+(samples in flight are the ledger's count, sut.ledger)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+
+class InFlight:
+    """What was sent and is not back yet, and the most at one moment since `mark()`: kept by
+    its one owner, read by everyone else (stats records, gauges)."""
+
+    __slots__ = ("now", "peak")
+
+    def __init__(self) -> None:
+        self.now = 0
+        self.peak = 0
+
+    def add(self, n: int = 1) -> None:
+        self.now += n
+        if self.now > self.peak:
+            self.peak = self.now
+
+    def done(self, n: int = 1) -> None:
+        self.now -= n
+
+    def mark(self) -> None:
+        """A new test: its peak starts from what is out now."""
+        self.peak = self.now
 
 
 @dataclass
@@ -27,6 +52,8 @@ class SUTStats:
 class ServerStats(SUTStats):
     """What the SUT saw, JSON-able through `vars()` (the runner stores it as `sut_stats`)."""
 
+    # Read from their owners when the record is taken (ServerSUT.stats_record): samples issued
+    # and not yet answered (the ledger's count), requests inside vLLM (the SUT's)
     in_flight: int = 0
     peak_in_flight: int = 0  # most samples issued and not yet completed at one moment
     engine_in_flight: int = 0

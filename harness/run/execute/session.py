@@ -261,11 +261,12 @@ class EngineSession:
         wall = time.monotonic() - t0
         sut = self.sut
         timeline = sut.timeline() if phase.timeline and hasattr(sut, "timeline") else None
+        stats = sut.stats_record()
         return PhaseResult(
             label=phase.label,
             wall_s=wall,
-            stats=sut.stats_record(),
-            peak_engine_in_flight=getattr(sut.stats, "peak_engine_in_flight", None),
+            stats=stats,
+            peak_engine_in_flight=stats.get("peak_engine_in_flight"),
             log_dir=phase.log_dir,
             timeline=timeline,
             warmup=warmup,
