@@ -5,7 +5,12 @@ calibration, packaging, TEST06) loads it with `RunResult.load` / `RunResult.read
 attributes, so a renamed field fails in mypy, not silently in a reader.
 
 `schema_version` says which layout a file has. Files written before it existed (no
-`schema_version`) read as version 0: the same fields, so they load unchanged. Fields a run
+`schema_version`) read as version 0: the same fields, so they load unchanged. Since version 2
+each option of the run is written once: `spec` (RunSpec.record) leaves out an option the file
+records elsewhere with the same value (benchmark, scenario, mode, model, dataset, user_conf,
+audit_config, submission and round at the top; the LoadGen settings in `loadgen_overrides`;
+offline_order, warmup_samples and output_lengths in `sut_options`: SPEC_AT_TOP and below), and
+loading puts them back, so `result.spec` is the whole spec for every version. Fields a run
 sets only once it gets that far (the preflight's verdict, the engine's start, the SUT's
 statistics, the end time) are left out of the file until they are set, as they always were.
 Keys this version does not know are kept in `extra` and written back unchanged.
@@ -25,7 +30,7 @@ from typing import Any
 
 from harness import files
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 RESULT_FILE = "result.json"
 TEST06_DIR = "TEST06"  # `run --test06`: the TEST06 test's logs and verdict, inside the run
 # How a run ends: every ending writes one of these (only a SIGKILL leaves "running" behind).
@@ -68,6 +73,40 @@ _OPTIONAL = frozenset(
         "spec",  # absent in files written before the run's spec was recorded
     }
 )
+
+
+# The spec's options the file records elsewhere: the top-level field of the same name; the
+# LoadGen settings under `loadgen_overrides` by LoadGen's name (harness.run.setup.spec
+# LOADGEN_FIELDS); the SUT's options as given under `sut_options`.
+SPEC_AT_TOP = (
+    "benchmark",
+    "scenario",
+    "mode",
+    "model",
+    "dataset",
+    "user_conf",
+    "audit_config",
+    "submission",
+    "round",
+)
+SPEC_IN_LOADGEN_OVERRIDES = {
+    "target_qps": "target_qps",
+    "min_duration": "min_duration_s",
+    "min_query_count": "min_query_count",
+}
+SPEC_IN_SUT_OPTIONS = ("offline_order", "warmup_samples", "output_lengths")
+
+
+def _elsewhere(record: Mapping[str, Any]) -> dict[str, Any]:
+    """The spec's options that `record` (result.json's mapping) holds outside `spec`, with the
+    value there: {option: value} (an override or SUT option left out reads as None)."""
+    out = {k: record[k] for k in SPEC_AT_TOP if k in record}
+    overrides = record.get("loadgen_overrides") or {}
+    out.update({k: overrides.get(lg) for k, lg in SPEC_IN_LOADGEN_OVERRIDES.items()})
+    sut = record.get("sut_options")
+    if isinstance(sut, Mapping):
+        out.update({k: sut.get(k) for k in SPEC_IN_SUT_OPTIONS})
+    return out
 
 
 @dataclass
@@ -149,6 +188,11 @@ class RunResult:
             if f.name in ("schema_version", "extra", "loaded_keys") or not self.has(f.name):
                 continue
             out[f.name] = getattr(self, f.name)
+        if isinstance(out.get("spec"), Mapping) and self.schema_version >= 2:
+            there = _elsewhere(out)
+            out["spec"] = {
+                k: v for k, v in out["spec"].items() if not (k in there and there[k] == v)
+            }
         out.update(self.extra)
         return out
 
@@ -161,6 +205,9 @@ class RunResult:
         known = {f.name for f in fields(cls)} - {"extra", "loaded_keys"}
         kwargs = {k: v for k, v in data.items() if k in known}
         kwargs.setdefault("schema_version", 0)
+        spec = data.get("spec")
+        if isinstance(spec, Mapping) and kwargs["schema_version"] >= 2:
+            kwargs["spec"] = {**_elsewhere(data), **spec}  # what the file wrote once, whole
         return cls(
             **kwargs,
             extra={k: v for k, v in data.items() if k not in known},
