@@ -52,6 +52,19 @@ def test_line_flags_come_first_so_typed_flags_win() -> None:
     assert args.engine_args[-1] == "max_num_seqs=256"  # vLLM's parser keeps the last
 
 
+def test_a_typed_engine_flag_beats_the_lines_pair_for_the_same_key() -> None:
+    """`--max-num-seqs 8` typed beside a line that holds `--engine-arg max_num_seqs=512`: the
+    line's pair would reach the engine after vLLM's flags and win; it is left out, and said."""
+    argv = ["run", "--engine-line", str(H200), "--scenario", "Server", *BASE]
+    argv += ["--max-num-seqs", "8", "--no-enable-prefix-caching"]
+    expanded, note = expand(argv, "run", "llama3_1-8b", "Server", str(H200))
+    assert "max_num_seqs=512" not in expanded and expanded[-3:-1] == ["--max-num-seqs", "8"]
+    assert "kv_cache_dtype=fp8" in expanded  # the line's other pairs stay
+    assert note.endswith("(left out, typed on the command line: max_num_seqs=512)"), note
+    args, _ = build_parser().parse_known_args(expanded)
+    assert not any(a.startswith("max_num_seqs=") for a in args.engine_args)
+
+
 def test_calibrate_passes_the_line_on_to_its_runs() -> None:
     argv = ["--debug", "calibrate", f"--engine-line={H200}", "--scenario", "Interactive", *BASE]
     expanded, _ = expand(argv, "calibrate", "llama3_1-8b", "Interactive", str(H200))

@@ -13,11 +13,13 @@ A user's own conf may keep its lines as comments instead, one per benchmark and 
     # engine llama3_1-8b.Server: --engine-arg max_num_seqs=512 --prefill-policy 0x4 | <figure> | <command>
 
 The flags are the text before the first ` | `, split like a shell line (`shlex`, never
-evaluated). Either form goes in right after the command word, so a flag the user types wins over the
-line's (argparse keeps the last value; vLLM's own parser does the same for repeated
-`--engine-arg` keys). A line may not name what the command line alone decides (benchmark,
-scenario, model, dataset, output, conf); a folder or conf with no line, or a conf with two, for
-the pair is refused with the keys it does hold.
+evaluated). Either form goes in right after the command word, so a flag the user types wins
+over the line's (argparse keeps the last value; vLLM's own parser does the same for repeated
+`--engine-arg` keys); a line's `--engine-arg KEY=VALUE` whose KEY the user typed as a vLLM
+flag (`--max-num-seqs 8`) is left out, since the pairs reach the engine after vLLM's flags.
+A line may not name what the command line alone decides (benchmark, scenario, model,
+dataset, output, conf); a folder or conf with no line, or a conf with two, for the pair is
+refused with the keys it does hold.
 """
 
 from __future__ import annotations
@@ -171,9 +173,49 @@ def expand(
             skip = True
         elif not arg.startswith(FLAG + "="):
             rest.append(arg)
+    flags, dropped = _without_typed_keys(flags, rest)
     at = rest.index(command) + 1
     note = f"engine line {benchmark}.{scenario} from {conf}: {shlex.join(flags) or '(no flags)'}"
+    if dropped:
+        note += f" (left out, typed on the command line: {', '.join(dropped)})"
     return rest[:at] + flags + rest[at:], note
+
+
+def _typed_keys(argv: list[str]) -> set[str]:
+    """The names of the --flags in argv, as engine argument keys (`--max-num-seqs 8` and
+    `--no-enable-prefix-caching` name max_num_seqs and enable_prefix_caching)."""
+    keys = set()
+    for arg in argv:
+        if arg.startswith("--") and len(arg) > 2:
+            key = arg[2:].split("=", 1)[0].replace("-", "_")
+            keys.add(key)
+            if key.startswith("no_"):
+                keys.add(key[3:])
+    return keys
+
+
+def _without_typed_keys(flags: list[str], typed: list[str]) -> tuple[list[str], list[str]]:
+    """The line's flags less its `--engine-arg KEY=VALUE` pairs whose KEY the user typed as a
+    flag of its own (`--max-num-seqs 8`): the pairs reach the engine after vLLM's flags, so the
+    line's would beat what was typed. A pair the user typed wins by coming later already."""
+    keys = _typed_keys(typed)
+    kept: list[str] = []
+    dropped: list[str] = []
+    i = 0
+    while i < len(flags):
+        flag = flags[i]
+        pair = None
+        if flag == "--engine-arg" and i + 1 < len(flags):
+            pair, step = flags[i + 1], 2
+        elif flag.startswith("--engine-arg="):
+            pair, step = flag.split("=", 1)[1], 1
+        if pair is not None and pair.split("=", 1)[0].replace("-", "_") in keys:
+            dropped.append(pair)
+            i += step
+            continue
+        kept.append(flag)
+        i += 1
+    return kept, dropped
 
 
 def add_engine_line_argument(p: Any) -> None:
