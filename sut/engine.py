@@ -243,7 +243,8 @@ CPU_DEFAULTS: Mapping[str, Any] = {
 # The layers an engine's arguments come from, in the order they apply: a later layer's value
 # wins over an earlier one's. An engine line (`run --engine-line`) is no layer of its own: its
 # flags are typed before the user's (harness.cli.engine_line), so they sit in "flags" and
-# "pairs" ahead of the user's and lose to them.
+# "pairs" ahead of the user's and lose to them; a line's pair whose key the user typed as a
+# flag would still win across the layers, so the line leaves it out.
 ENGINE_ARG_ORDER = (
     "mlperf",  # MLPERF_DEFAULTS: what every engine here runs with unless told otherwise
     "machine",  # CPU_DEFAULTS on a machine without a GPU (nothing on a GPU)
