@@ -331,3 +331,90 @@ def test_reaping_an_engine_process_unlinks_the_shared_memory_it_maps():
         with contextlib.suppress(OSError):
             if name:
                 os.unlink(f"/dev/shm/{name}")
+
+
+# A guarded command whose engine has a process outside the command's tree that carries its
+# mark and maps a segment that it alone would unlink, as a Ray layout's worker does (started
+# by a raylet: here a shell that has already exited). vLLM's Ray executor ends its workers
+# with `ray.kill`, which runs no finalizer. The command prints the worker's pid and segment,
+# then returns when told to (a line on its stdin).
+OUTSIDE_SHM = textwrap.dedent(
+    f"""
+    import subprocess, sys, time
+    from harness.proc.orphans import guard_descendants
+    with guard_descendants():
+        started = subprocess.run(
+            ["sh", "-c", '"$0" -c "$1" >"$2" 2>/dev/null & echo $!',
+             sys.executable, {SHM_CHILD!r}, sys.argv[1]],
+            capture_output=True, text=True, check=True,
+        )
+        name = ""
+        while not name:
+            time.sleep(0.1)
+            name = open(sys.argv[1]).read().strip()
+        time.sleep(2.5)  # the guard notes a new segment at its next look (POLL_S)
+        print(int(started.stdout), name, flush=True)
+        sys.stdin.readline()
+    print("returned", flush=True)
+    """
+)
+
+
+def _outside_worker(tmp_path) -> tuple[subprocess.Popen, psutil.Process, str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", OUTSIDE_SHM, str(tmp_path / "name")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=str(REPO),
+        start_new_session=True,
+    )
+    pid, name = proc.stdout.readline().split()
+    worker = psutil.Process(int(pid))
+    assert worker.pid not in [p.pid for p in psutil.Process(proc.pid).children(True)]
+    assert name.startswith("psm_") and os.path.exists(f"/dev/shm/{name}"), name
+    return proc, worker, name
+
+
+@pytest.mark.parametrize("end", ["worker-killed-then-return", "worker-left-then-return", "sigkill"])
+def test_a_segment_of_a_process_outside_the_tree_is_removed_whichever_way_the_command_ends(
+    tmp_path, end
+):
+    """A Ray worker's segment: the command's guard notes it while the command runs and unlinks
+    it once the worker is gone, on a normal end (the worker ended by `ray.kill`, or still
+    running and stopped) and when the command is killed outright (the worker gone first, as a
+    raylet ends a dead job's workers)."""
+    from harness.proc.orphans import OUTSIDE_WAIT_S
+
+    proc, worker, name = _outside_worker(tmp_path)
+    segment = f"/dev/shm/{name}"
+    try:
+        if end != "worker-left-then-return":
+            worker.kill()
+            worker.wait(10)
+            assert os.path.exists(segment)  # nobody else would unlink it
+        if end == "sigkill":
+            proc.kill()
+            proc.wait(10)
+            wait_for(lambda: not os.path.exists(segment), 20, "the worker's segment to go")
+            return
+        t0 = time.monotonic()
+        out, err = proc.communicate("\n", timeout=60)
+        took = time.monotonic() - t0
+        assert proc.returncode == 0 and out.split()[-1] == "returned", err
+        assert not os.path.exists(segment), "left after the command exited"  # not eventually
+        assert not alive([worker])
+        if end == "worker-left-then-return":
+            assert OUTSIDE_WAIT_S <= took < OUTSIDE_WAIT_S + 15, took
+            assert f"(pid {worker.pid})" in err and "outside its process tree" in err, err
+        else:
+            assert took < 5, took
+            assert "outside its process tree" not in err, err
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(psutil.Error):
+            worker.kill()
+        with contextlib.suppress(OSError):
+            os.unlink(segment)
