@@ -75,9 +75,13 @@ _WATCH_KEY = pytest.StashKey["object"]()
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionstart(session):
-    from leftovers import LeftoverWatch
+    import uuid
 
-    watch = LeftoverWatch()
+    from leftovers import MARK_ENV, LeftoverWatch
+
+    # our mark, inherited by every process started from here on, Ray's workers included
+    mark = os.environ[MARK_ENV] = uuid.uuid4().hex
+    watch = LeftoverWatch(mark=mark)
     watch.start()
     session.config.stash[_WATCH_KEY] = watch
 
@@ -87,6 +91,7 @@ def pytest_runtest_setup(item):
     watch = item.config.stash.get(_WATCH_KEY, None)
     if watch is not None:
         watch.module = item.module.__name__
+        watch.test = item.nodeid
 
 
 @pytest.fixture(scope="module", autouse=True)

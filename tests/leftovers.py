@@ -15,7 +15,15 @@ test module running when it appeared. Processes are noted the same way: a descen
 while a module ran that is still running once the module is done, and is no longer a
 descendant of ours (an orphan) or is an engine process (`VLLM::*`), is left behind.
 
-Each pytest-xdist worker watches its own descendants, so two workers never blame each other.
+Some processes of ours are nobody's descendants: a Ray cluster's daemons, started by a test,
+detach themselves, and the workers its raylets start for a run are theirs. Each pytest process
+marks its environment with a token of its own (`MARK_ENV`, set at the session's start), which
+every process it starts inherits, through Ray too (a test's cluster is started with our
+environment). A new segment that a marked process maps is ours as well: no segment a run of
+ours made escapes the check for having been made outside this process's tree.
+
+Each pytest-xdist worker watches its own descendants and its own mark, so two workers never
+blame each other, nor anybody else's tests on the same machine.
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ import psutil
 from sut.reaper import mapped_segments, present_segments
 
 PERIOD_S = 0.5
+MARK_ENV = "MLPERF_VLLM_TEST_SESSION"  # one pytest process's token, inherited by what it starts
 # What a run leaves to end by itself (its resource tracker, the orphan guard of a killed command)
 # ends within seconds; a test of the guard itself sets it lower.
 SETTLE_S = float(os.environ.get("LEFTOVER_SETTLE_S", "30"))
@@ -39,17 +48,22 @@ SETTLE_S = float(os.environ.get("LEFTOVER_SETTLE_S", "30"))
 @dataclass
 class Noted:
     module: str
+    test: str = ""  # the test running when it appeared
     seen_at: float = field(default_factory=time.monotonic)
 
 
 class LeftoverWatch(threading.Thread):
     """The watcher of one pytest process (a daemon thread, from `start()` to the session's end)."""
 
-    def __init__(self, root: int | None = None, period_s: float = PERIOD_S) -> None:
+    def __init__(
+        self, root: int | None = None, period_s: float = PERIOD_S, mark: str | None = None
+    ) -> None:
         super().__init__(name="leftover-watch", daemon=True)
         self.root = psutil.Process(root if root is not None else os.getpid())
         self.period_s = period_s
+        self.mark = mark  # MARK_ENV in the environment of our processes outside the tree
         self.module = "(before the first test)"
+        self.test = ""
         self.segments: dict[str, Noted] = {}  # path -> when and in which module it appeared
         self.procs: dict[int, tuple[psutil.Process, Noted]] = {}
         self._seen: set[str] = set(present_segments())  # names there before us are not ours
@@ -73,18 +87,19 @@ class LeftoverWatch(threading.Thread):
         with self._lock:
             for p in family:
                 if p.pid not in self.procs or not _same(self.procs[p.pid][0], p):
-                    self.procs[p.pid] = (p, Noted(self.module))
+                    self.procs[p.pid] = (p, Noted(self.module, self.test))
         new = names - self._seen
         for name in new:
             self._retry.setdefault(name, 3)
         self._seen = names
         if not self._retry:
             return
-        mapped = {os.path.basename(p) for p in mapped_segments([p.pid for p in family])}
+        pids = {p.pid for p in family} | {p.pid for p in self._marked()}
+        mapped = {os.path.basename(p) for p in mapped_segments(sorted(pids))}
         with self._lock:
             for name in list(self._retry):
                 if name in mapped:
-                    self.segments.setdefault("/dev/shm/" + name, Noted(self.module))
+                    self.segments.setdefault("/dev/shm/" + name, Noted(self.module, self.test))
                     del self._retry[name]
                 elif name not in names:
                     del self._retry[name]
@@ -92,6 +107,18 @@ class LeftoverWatch(threading.Thread):
                     self._retry[name] -= 1
                     if self._retry[name] <= 0:
                         del self._retry[name]  # somebody else's
+
+    def _marked(self) -> list[psutil.Process]:
+        """The processes outside the tree that carry our mark (a Ray cluster's, say); only
+        looked for when a new segment appeared."""
+        if not self.mark:
+            return []
+        found = []
+        for p in psutil.process_iter():
+            with contextlib.suppress(psutil.Error):
+                if p.pid != self.root.pid and p.environ().get(MARK_ENV) == self.mark:
+                    found.append(p)
+        return found
 
     def _family(self) -> list[psutil.Process]:
         try:
@@ -133,7 +160,9 @@ class LeftoverWatch(threading.Thread):
             size = 0
             with contextlib.suppress(OSError):
                 size = os.stat(path).st_size
-            lines.append(f"  {path} ({size / 2**20:.0f} MB)")
+            noted = self.segments.get(path)
+            during = f", made during {noted.test}" if noted and noted.test else ""
+            lines.append(f"  {path} ({size / 2**20:.0f} MB{during})")
         for p in procs:
             lines.append(f"  process {p.pid}: {_describe(p)}")
         # remove them, so that the next module starts clean and is not blamed for them

@@ -19,6 +19,7 @@ which the suite's guard fails when it leaves anything.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -26,7 +27,7 @@ import textwrap
 import time
 
 import psutil
-from leftovers import LeftoverWatch
+from leftovers import MARK_ENV, LeftoverWatch
 
 from harness.proc.children import ChildLeftovers, run_child
 from sut.reaper import EngineSegments
@@ -192,3 +193,66 @@ def test_the_suites_guard_blames_its_own_process_and_its_module_only(tmp_path):
         ours_proc.kill()
         time.sleep(3)  # the outsider ends by itself
         _unlink(ours, theirs)
+
+
+def _outsider(tmp_path, env: dict[str, str], tag: str) -> tuple[psutil.Process, str]:
+    """A process outside this process's tree (its starter exits at once, as `ray start` does),
+    started with `env`, that makes a segment and waits: the process and the segment's name."""
+    named = tmp_path / tag
+    started = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import subprocess, sys; "
+            "p = subprocess.Popen([sys.executable, '-c', sys.argv[1]], "
+            "stdout=open(sys.argv[2], 'w'), start_new_session=True); print(p.pid)",
+            MAKES_SEGMENT,
+            str(named),
+        ],
+        check=True,
+        timeout=30,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,  # the maker inherits it: a pipe would hold this run open
+        text=True,
+    )
+    maker = psutil.Process(int(started.stdout))
+    deadline = time.monotonic() + 30
+    while not (name := named.read_text().strip()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert name.startswith("psm_") and os.path.exists(f"/dev/shm/{name}"), name
+    return maker, name
+
+
+def test_the_suites_guard_blames_a_process_outside_its_tree_that_carries_its_mark(tmp_path):
+    """A Ray worker of a test's cluster is the raylet's child, not ours, but was started with
+    our environment: its segment is ours. The same kind of process with another pytest
+    process's mark (the other xdist worker's) or none is not."""
+    watch = LeftoverWatch(mark="ours-mark")  # looks by hand here: no thread
+    watch.module, watch.test = "tests.test_leftovers", "tests/test_leftovers.py::the-ray-test"
+    base = {k: v for k, v in os.environ.items() if k != MARK_ENV}
+    makers: list[psutil.Process] = []
+    names: list[str] = []
+    try:
+        for mark in ("ours-mark", "their-mark", None):
+            env = base if mark is None else {**base, MARK_ENV: mark}
+            maker, name = _outsider(tmp_path, env, str(mark))
+            makers.append(maker)
+            names.append(name)
+        ours, theirs, unmarked = names
+        watch.look()
+        assert set(watch.segments) == {f"/dev/shm/{ours}"}
+        for maker in makers:  # each ends without unlinking its segment
+            maker.kill()
+        psutil.wait_procs(makers, timeout=10)
+        problem = watch.check("tests.test_leftovers", settle_s=0.5)
+        assert problem is not None and f"/dev/shm/{ours}" in problem, problem
+        assert "made during tests/test_leftovers.py::the-ray-test" in problem, problem
+        assert theirs not in problem and unmarked not in problem
+        assert not os.path.exists(f"/dev/shm/{ours}")
+        assert os.path.exists(f"/dev/shm/{theirs}") and os.path.exists(f"/dev/shm/{unmarked}")
+    finally:
+        for maker in makers:
+            with contextlib.suppress(psutil.Error):
+                maker.kill()
+        _unlink(*names)

@@ -114,6 +114,6 @@ def test_a_module_that_leaves_a_segment_fails_by_name_beside_a_clean_one(tmp_pat
     assert re.search(r"PASSED \S*test_clean\.py::test_clean", out), out[-3000:]
     assert re.search(r"ERROR \S*test_leaky\.py::test_leaves_a_segment", out), out[-3000:]
     assert "test_leaky left behind:" in out and "test_clean left behind" not in out, out[-3000:]
-    made = set(re.findall(r"/dev/shm/(psm_\w+) \(0 MB\)", out))
+    made = set(re.findall(r"/dev/shm/(psm_\w+) \(0 MB, made during \S*test_leaves_a_segment", out))
     assert len(made) == 1, out[-3000:]
     assert not Path(f"/dev/shm/{made.pop()}").exists()  # removed by the guard
