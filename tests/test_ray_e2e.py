@@ -41,6 +41,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from sut.reaper import mapped_segments
 from tests.conftest import REPO, SMOKE, again_on_host_stall, cli, run_args
 from tests.procs import kill_group, loadgen_issuing, wait_for
 
@@ -129,6 +130,11 @@ class RayCluster:
     def workers_of(self, token: str) -> list[psutil.Process]:
         """The Ray worker processes serving the command whose owner token is `token`."""
         return [p for p in self.processes() if token in _environ(p).get(OWNERS, "").split(":")]
+
+    def segments_of(self, token: str) -> set[str]:
+        """The /dev/shm segments of vLLM's queues that the command's Ray workers map (the
+        tensor-parallel group's broadcast queue, made by its first worker)."""
+        return mapped_segments([p.pid for p in self.workers_of(token)])
 
     def cli(self, *args: str, timeout: float = 600, **env: str) -> subprocess.CompletedProcess:
         return subprocess.run(
@@ -408,6 +414,16 @@ def _start_long_server_run(ray_cluster, tiny_model, tiny_dataset, out: Path) -> 
     return ray_cluster.start_cli(*args, *TP2_RAY)
 
 
+def _wait_removed(made: set[str]) -> None:
+    """The segments the run's Ray workers mapped are unlinked by the command's guard once the
+    workers are gone (within seconds of the command's end), never left in /dev/shm."""
+    wait_for(
+        lambda: not [s for s in made if os.path.exists(s)],
+        20,
+        f"the run's Ray workers' segments {sorted(made)} to be removed",
+    )
+
+
 def _carrying(token: str) -> list[psutil.Process]:
     """Every process on this machine whose environment carries a command's owner token."""
     return [p for p in psutil.process_iter() if token in _environ(p).get(OWNERS, "").split(":")]
@@ -438,6 +454,8 @@ def test_a_signal_mid_run_leaves_no_ray_worker_nor_engine(
         workers = [w for w in ray_cluster.workers_of(token) if "RayWorkerProc" in _cmdline(w)]
         parents = {w.ppid() for w in workers}
         assert parents == set(raylets_before.values()), (workers, raylets_before)  # both nodes
+        made = ray_cluster.segments_of(token)
+        assert made, "the run's Ray workers map no segment of vLLM's queues"
         t0 = time.monotonic()
         proc.send_signal(signum)
         _, stderr = proc.communicate(timeout=120)
@@ -452,6 +470,7 @@ def test_a_signal_mid_run_leaves_no_ray_worker_nor_engine(
     else:
         assert proc.returncode == -signal.SIGKILL
     wait_for(lambda: not _carrying(token), 30, "every process of the run (engine, workers) to end")
+    _wait_removed(made)
     # the cluster is the one the test started, whole: the command started none of its own
     assert {ip: p.pid for ip, p in ray_cluster.raylets().items()} == raylets_before
     gcs = [p for p in psutil.process_iter() if "gcs_server" in _cmdline(p)[:300]]
@@ -470,6 +489,8 @@ def test_a_node_that_dies_mid_run_ends_the_run_within_seconds(
     try:
         wait_for(lambda: loadgen_issuing(out), 240, "the Server test to start", [proc])
         token = _token_of(proc.pid)
+        made = ray_cluster.segments_of(token)
+        assert made, "the run's Ray workers map no segment of vLLM's queues"
         second = ray_cluster.raylets()[SECOND_IP]
         t0 = time.monotonic()
         second.kill()
@@ -492,3 +513,4 @@ def test_a_node_that_dies_mid_run_ends_the_run_within_seconds(
     stats = result["sut_stats"]
     assert stats["completed"] == stats["issued"] > 0, stats  # every sample answered
     wait_for(lambda: not _carrying(token), 30, "every process of the run to end")
+    _wait_removed(made)
