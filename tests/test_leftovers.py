@@ -83,8 +83,19 @@ def test_a_segment_appearing_later_is_noted_by_a_cheap_look_and_an_old_one_is_no
         me = psutil.Process()
         segments.note([me])  # a new name appeared: looked, but we do not map it
         assert segments.paths == set()
-        segments.note([psutil.Process(proc.pid)])  # no new name since: no look at all
-        assert segments.paths == set()
+        # No new name since: no look at all. Another process's engine (the suite's other
+        # workers) may make a segment in between, and then the look is right: only a look
+        # with nothing new in /dev/shm is judged, and one of five tries must be such.
+        quiet = 0
+        for _ in range(5):
+            seen = set(segments._names)
+            segments.note([psutil.Process(proc.pid)])
+            if segments._names - seen:
+                segments.paths.clear()
+                continue
+            quiet += 1
+            assert segments.paths == set()
+        assert quiet, "/dev/shm never stayed quiet between two looks"
         segments.note([psutil.Process(proc.pid)], force=True)
         assert segments.paths == {f"/dev/shm/{name}"}
     finally:
