@@ -270,29 +270,29 @@ def _end_outside(parent: int, token: str, noted: set[str], grace_s: float) -> No
 
 
 def _announce_outside(left: list[psutil.Process]) -> None:
-    names = []
-    for p in left:
-        with contextlib.suppress(psutil.Error):
-            names.append(f"{p.name()} (pid {p.pid})")
-    with contextlib.suppress(OSError):
-        sys.stderr.write(
-            f"mlperf-vllm: {len(left)} process(es) of this command outside its process tree "
-            f"(Ray's workers) still ran {OUTSIDE_WAIT_S:.0f} s after it ended; stopping them: "
-            f"{', '.join(names)}\n"
-        )
-        sys.stderr.flush()
+    _announce_line(
+        f"{len(left)} process(es) of this command outside its process tree (Ray's workers) "
+        f"still ran {OUTSIDE_WAIT_S:.0f} s after it ended",
+        left,
+    )
 
 
 def _announce(parent: int, left: list[psutil.Process]) -> None:
+    _announce_line(
+        f"the main process (pid {parent}) ended without stopping {len(left)} process(es) "
+        "of its own",
+        left,
+    )
+
+
+def _announce_line(what: str, left: list[psutil.Process]) -> None:
+    """One stderr line: what was left, and the processes about to be stopped."""
     names = []
     for p in left:
         with contextlib.suppress(psutil.Error):
             names.append(f"{p.name()} (pid {p.pid})")
     with contextlib.suppress(OSError):
-        sys.stderr.write(
-            f"mlperf-vllm: the main process (pid {parent}) ended without stopping "
-            f"{len(left)} process(es) of its own; stopping them: {', '.join(names)}\n"
-        )
+        sys.stderr.write(f"mlperf-vllm: {what}; stopping them: {', '.join(names)}\n")
         sys.stderr.flush()
 
 
