@@ -185,6 +185,26 @@ def _read(path: str) -> str:
         return ""
 
 
+def cores_per_processor(cpuinfo: str) -> int | None:
+    """Physical cores of one processor (socket), as a submission's system json states them:
+    /proc/cpuinfo's `cpu cores`, else its distinct (physical id, core id) pairs over its
+    sockets, else the logical CPUs this system reports. os.cpu_count() alone counts hardware
+    threads of every socket: 224 on two 56-core Xeons with hyper-threading, where the json
+    says 56."""
+    per_package = re.search(r"^cpu cores\s*:\s*(\d+)$", cpuinfo, re.M)
+    if per_package:
+        return int(per_package.group(1))
+    cores = set()
+    for block in cpuinfo.split("\n\n"):
+        package = re.search(r"^physical id\s*:\s*(\d+)$", block, re.M)
+        core = re.search(r"^core id\s*:\s*(\d+)$", block, re.M)
+        if package and core:
+            cores.add((package.group(1), core.group(1)))
+    if cores:
+        return max(1, len(cores) // len({package for package, _ in cores}))
+    return os.cpu_count()
+
+
 def machine_facts() -> dict[str, Any]:
     """What this machine reports about itself (Linux /proc, /sys, nvidia-smi)."""
     cpuinfo = _read("/proc/cpuinfo")
@@ -216,7 +236,7 @@ def machine_facts() -> dict[str, Any]:
     facts: dict[str, Any] = {
         "host_processor_model_name": model.group(1).strip() if model else platform.processor(),
         "host_processors_per_node": sockets,
-        "host_processor_core_count": str(os.cpu_count() or ""),
+        "host_processor_core_count": str(cores_per_processor(cpuinfo) or ""),
         "host_memory_capacity": f"{mem_gb:.0f} GB" if mem_gb else "",
         "host_storage_capacity": f"{disk.total / 1e9:.0f} GB",
         "host_storage_type": storage,
