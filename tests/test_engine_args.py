@@ -129,7 +129,7 @@ def test_a_one_worker_engine_computes_in_its_engine_core_on_a_cpu(tmp_path, monk
     assert backend(gpu=True) is None
     assert backend(typed={"tensor_parallel_size": 2}) is None
     assert backend(pairs=["pipeline_parallel_size=2"]) is None
-    assert backend(pairs=["data_parallel_size=2"]) is None
+    assert backend(pairs=["data_parallel_size=2"]) == UNIPROC_EXECUTOR  # each engine is one
     assert backend(pairs=["distributed_executor_backend=mp"]) == "mp"
     assert backend(flags=["--distributed-executor-backend", "ray"]) == "ray"
     assert backend(defaults=False) is None
