@@ -310,7 +310,7 @@ def engine_arg_layers(
         "typed": {k: v for k, v in (typed or {}).items() if k != "model"},
         "policy": _policy_layer(prefill_policy),
         "paths": lambda so_far: _path_layer(model, so_far),
-        "layout": (lambda so_far: {}) if gpu else _cpu_layout_layer,
+        "layout": {} if gpu else _cpu_layout_layer,
     }
 
 
