@@ -83,7 +83,10 @@ def test_server_on_two_engines_each_behind_its_own_front_end(tiny_model, tiny_da
     timeline = json.loads((out / TIMELINE_JSON).read_text())
     rows = timeline["series"]
     assert all(len(r["engines"]) == 2 and len(r["routed"]) == 2 for r in rows), rows[-1]
-    assert any(all(running > 0 for running, _ in r["engines"]) for r in rows), rows
+    # each engine's own scheduler counts reach the timeline: some row shows it running. (Not
+    # both in one row: at ~1 request in flight per engine, a 1 s sample often finds one idle.)
+    for k in (0, 1):
+        assert any(r["engines"][k][0] > 0 for r in rows), (k, rows)
     assert all("in_transit" in r for r in rows), rows[-1]
 
 

@@ -130,5 +130,8 @@ def test_server_data_parallel_2_routes_each_request_to_the_engine_that_serves_it
     # The picture's data: per engine, what our router had there and what vLLM ran, each step.
     rows = json.loads((out / "timeline.json").read_text())["series"]
     assert all(len(r["routed"]) == 2 and len(r["engines"]) == 2 for r in rows), rows[-1]
-    assert any(all(running > 0 for running, _ in r["engines"]) for r in rows), rows
+    # each engine's own scheduler counts reach the timeline: some row shows it running. (Not
+    # both in one row: at ~1 request in flight per engine, a 1 s sample often finds one idle.)
+    for k in (0, 1):
+        assert any(r["engines"][k][0] > 0 for r in rows), (k, rows)
     assert (out / "timeline.png").stat().st_size > 0
