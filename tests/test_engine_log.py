@@ -116,3 +116,69 @@ def test_the_session_alone_decides_the_quick_stop_and_callers_never_reach_its_su
     root = Path(__file__).resolve().parents[1] / "harness"
     for path in (root / "run/execute/runner.py", root / "calibrate/trials.py"):
         assert not re.search(r"\.sut\b", path.read_text()), path
+
+
+# An engine's worker as vLLM's executors make it join: the rendezvous file in the temp folder,
+# named in its INFO line on stdout, then left behind (the process ends without removing it).
+RENDEZVOUS_SCRIPT = textwrap.dedent(
+    """
+    import subprocess, sys
+    from harness.run.record.engine_log import EngineStartLog
+    named, other = sys.argv[1], sys.argv[2]
+    log = EngineStartLog.begin()
+    worker = (
+        "import sys; open(sys.argv[1], 'w').write('x'); open(sys.argv[2], 'w').write('x'); "
+        "print('(Worker pid=1) INFO 11-29 13:40:00 [parallel_state.py:1906] world_size=1 "
+        "rank=0 local_rank=0 distributed_init_method=file://' + sys.argv[1] + "
+        "' backend=gloo', flush=True)"
+    )
+    subprocess.run([sys.executable, "-c", worker, named, other], check=True)
+    if sys.argv[3] == "started":
+        log.started(sys.argv[4])
+        log.close()
+    else:
+        log.failed()
+    """
+)
+
+
+def _rendezvous(tmp_path: Path, how: str) -> tuple[Path, Path]:
+    named = tmp_path / "vllm_dist_0123456789abcdef0123456789abcdef"
+    other = tmp_path / "vllm_dist_fedcba9876543210fedcba9876543210"  # another engine's
+    proc = subprocess.run(
+        [sys.executable, "-c", RENDEZVOUS_SCRIPT, str(named), str(other), *how.split(" ")],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return named, other
+
+
+def test_the_rendezvous_file_a_started_engine_left_is_removed_when_it_ends(tmp_path):
+    log = tmp_path / "engine.log"
+    named, other = _rendezvous(tmp_path, "started " + str(log))
+    assert not named.exists() and other.exists()
+    assert f"distributed_init_method=file://{named}" in log.read_text()
+
+
+def test_the_rendezvous_file_of_a_failed_start_is_removed(tmp_path):
+    named, other = _rendezvous(tmp_path, "failed")
+    assert not named.exists() and other.exists()
+
+
+def test_a_rendezvous_line_split_across_reads_is_still_found(tmp_path):
+    from harness.run.record.engine_log import RendezvousFiles
+
+    path = tmp_path / "vllm_dist_0123456789abcdef0123456789abcdef"
+    path.write_text("x")
+    line = f"(Worker pid=1) INFO [x] distributed_init_method=file://{path} backend=gloo\n".encode()
+    found = RendezvousFiles()
+    for cut in range(0, len(line), 7):  # seven bytes a read
+        found.feed(line[cut : cut + 7])
+    found.feed(b"distributed_init_method=file:///tmp/vllm_dist_not_hex backend=gloo\n")
+    found.feed(b"distributed_init_method=tcp://127.0.0.1:40999 backend=gloo\n")
+    assert found.paths == {str(path)}
+    assert found.remove() == [str(path)] and not path.exists()
+    assert found.remove() == []  # once

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.run.record.engine_log import RENDEZVOUS
 from tests.conftest import run_args
 from tests.procs import (
     assert_all_gone,
@@ -104,6 +105,9 @@ def test_engine_killed_mid_offline_answers_every_sample_once(
     assert sum(not e["data"] for e in entries) == stats["failed_samples"]
     assert "Result is" in (out / "performance" / "mlperf_log_summary.txt").read_text()
     assert_all_gone(tree, [proc.pid], "killed engine")
+    # the killed engine's rendezvous file (its worker named it joining) is not left in /tmp
+    named = RENDEZVOUS.findall((out / "engine.log").read_bytes())
+    assert named and not [p for p in named if Path(p.decode()).exists()], named
 
 
 def test_stopped_engine_trips_the_stall_watchdog(tiny_model, tiny_dataset, tmp_path):

@@ -150,6 +150,47 @@ class FatalWatch:
             self.line = " ".join((m.group(1) or m.group(2)).split())
 
 
+# The file vLLM's executors rendezvous through where no TCP store is needed (one engine on one
+# node): "file://TEMP/vllm_dist_<uuid hex>" in the temp folder of the engine's process, named by
+# each worker as it joins ("distributed_init_method=file://..." at INFO). Not every end removes
+# it: engines killed mid-run, starts refused by the engine, and some clean ends (a sweep's runs,
+# engines behind front ends of their own) left one each; 181 in this machine's /tmp after a day
+# of test suites. Removed here once the engine's processes are gone.
+RENDEZVOUS = re.compile(
+    rb"distributed_init_method=file://(/[^\s]*/vllm_dist_[0-9a-f]{32})(?![\w.])"
+)
+
+
+class RendezvousFiles:
+    """The rendezvous files named in a stream read in chunks (lines may be split across them);
+    `remove()` once the engine's processes are gone."""
+
+    def __init__(self) -> None:
+        self.paths: set[str] = set()
+        self._carry = b""
+        self._lock = threading.Lock()
+
+    def feed(self, chunk: bytes) -> None:
+        with self._lock:
+            text = self._carry + chunk
+            cut = text.rfind(b"\n")
+            self._carry = text[cut + 1 :][-4096:]
+            if cut >= 0:
+                for m in RENDEZVOUS.finditer(text[: cut + 1]):
+                    self.paths.add(os.fsdecode(m.group(1)))
+
+    def remove(self) -> list[str]:
+        """Unlink the named files still there; the ones removed."""
+        with self._lock:
+            paths, self.paths = sorted(self.paths), set()
+        removed = []
+        for path in paths:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+                removed.append(path)
+        return removed
+
+
 def _flush() -> None:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
@@ -159,8 +200,9 @@ def _flush() -> None:
 class _Held:
     """One file descriptor (1 or 2) through a pipe, held, passed or dropped."""
 
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, rendezvous: RendezvousFiles | None = None) -> None:
         self.fd, self.real = fd, -1
+        self.rendezvous = rendezvous
         self.held: list[bytes] = []
         self.size = 0
         self.tail: collections.deque[bytes] = collections.deque()  # once passing: the latest
@@ -193,6 +235,8 @@ class _Held:
             if not chunk:
                 os.close(r)
                 return
+            if self.rendezvous is not None:
+                self.rendezvous.feed(chunk)
             with self.lock:
                 state = self.state
                 if state == "hold" and self.size < MAX_HELD:
@@ -250,9 +294,10 @@ class EngineStartLog:
     """stdout and stderr through pipes while the engine starts (see the module doc); vLLM's
     logger writes to stdout, a dying process's traceback goes to stderr."""
 
-    def __init__(self, held: list[_Held]) -> None:
+    def __init__(self, held: list[_Held], rendezvous: RendezvousFiles | None = None) -> None:
         self.held = held
         self.sink = -1
+        self.rendezvous = rendezvous or RendezvousFiles()
 
     @classmethod
     def begin(cls, tracker_log: str | os.PathLike[str] | None = None) -> EngineStartLog:
@@ -268,15 +313,18 @@ class EngineStartLog:
 
             with _stderr_to(tracker_log):
                 resource_tracker.ensure_running()
-        return cls([_Held(1), _Held(2)])
+        rendezvous = RendezvousFiles()
+        return cls([_Held(1, rendezvous), _Held(2, rendezvous)], rendezvous)
 
     def close(self, timeout_s: float = 3.0) -> None:
         """After the engine stopped: its processes closed their ends of the pipes, so the
-        threads forward what is left and end (waited for up to `timeout_s`)."""
+        threads forward what is left and end (waited for up to `timeout_s`); the rendezvous
+        files its workers named and left are removed."""
         deadline = time.monotonic() + timeout_s
         for h in self.held:
             if h.thread is not None:
                 h.thread.join(max(0.0, deadline - time.monotonic()))
+        self.rendezvous.remove()
         if self.sink >= 0 and all(h.thread is None or not h.thread.is_alive() for h in self.held):
             with contextlib.suppress(OSError):
                 os.close(self.sink)
@@ -314,7 +362,9 @@ class EngineStartLog:
         meanwhile (stdout's, then stderr's), none of it shown. Engine processes still dying
         may write more: that is dropped."""
         _flush()
-        return "".join(h.end("drop").decode("utf-8", "replace") for h in self.held)
+        printed = "".join(h.end("drop").decode("utf-8", "replace") for h in self.held)
+        self.rendezvous.remove()  # the start's processes were reaped before the failure came
+        return printed
 
 
 # vLLM's loggers that speak when vLLM is imported, before any engine starts (the run's checks
