@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sut.reaper import IPC_PREFIX
+
 log = logging.getLogger(__name__)
 
 PREFIX_CACHING_WARNING = (
@@ -451,7 +453,6 @@ def vllm_reason(exc: BaseException, limit: int = 400) -> str:
 # vLLM names an IPC socket BASE/<uuid4> (37 characters after BASE) and a Unix socket path holds
 # at most 107 bytes: BASE, our mkdtemp folder, may be at most 70 long.
 IPC_BASE_MAX = 70
-IPC_PREFIX = "mlperf-vllm-ipc-"
 
 
 def ipc_parent(temp_dir: str | None = None) -> str | None:

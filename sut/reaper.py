@@ -17,6 +17,10 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
+# The name of a run's private folder of vLLM's IPC sockets (sut.engine makes it; the orphan guard
+# removes it after a command that was killed)
+IPC_PREFIX = "mlperf-vllm-ipc-"
+
 
 def terminate_then_kill(
     procs: Sequence[Any],

@@ -20,10 +20,12 @@ and calibrate ones while their engine starts).
 from __future__ import annotations
 
 import json
+import os
 import signal
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from harness.run.record.engine_log import RENDEZVOUS
@@ -179,6 +181,12 @@ def test_sigkill_of_the_main_process_leaves_no_engine_running(
     proc = start_cli(*run_args(tiny_model, tiny_dataset, out, long_offline, *FAST))
     try:
         tree, _ = _mid_test(proc, out, 1)
+        # the run's IPC folder: where the sockets its front end bound live
+        ipc = {
+            os.path.dirname(c.laddr)
+            for c in psutil.Process(proc.pid).net_connections("unix")
+            if "/mlperf-vllm-ipc-" in (c.laddr or "")
+        }
         t0 = time.monotonic()
         proc.kill()  # the main process only; the engine is in its process group, left alone
         # the pipes close once every process that shares them (engine, guard) is gone
@@ -191,6 +199,8 @@ def test_sigkill_of_the_main_process_leaves_no_engine_running(
     assert "EngineCore" in stderr.split("ended without stopping")[-1]
     assert (out / "performance" / "mlperf_log_detail.txt").stat().st_size > 0
     assert_all_gone(tree, [proc.pid], "SIGKILL run")
+    # the folder the run's exit handler would have removed: the guard removed it
+    assert ipc and all("mlperf-vllm-ipc-" in d and not Path(d).exists() for d in ipc), ipc
 
 
 def _sigterm_once_engine_starts(proc, child_out: Path) -> tuple[list, str, str, float, int]:

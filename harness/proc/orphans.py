@@ -27,6 +27,11 @@ every /dev/shm segment the command's processes map (it lists /dev/shm every `POL
 their maps when a new segment appeared, and every `SHM_SCAN_S`) and, after stopping them,
 unlinks those that are left.
 
+The command's private folder of vLLM's IPC sockets (`VLLM_RPC_BASE_PATH`, sut.engine), which
+its exit handler removes, goes the same way: the guard reads it from the environment of the
+command's descendants (the engine core inherits it) and removes it once they are stopped. A
+killed command left one in /tmp per run.
+
 A Ray layout's workers are the raylets' children, not the command's, and carry its token (the
 run hands it to Ray as its job's environment): the first worker of a tensor-parallel group
 makes the group's 24 MB broadcast queue, and vLLM's Ray executor ends its workers with
@@ -59,6 +64,7 @@ if __name__ == "__main__":  # the guard: ignore these before anything else takes
 import contextlib
 import os
 import select
+import shutil
 import subprocess
 import sys
 import time
@@ -70,7 +76,7 @@ import psutil
 if __name__ == "__main__":  # run by path: sut.reaper of this checkout, not of an installed copy
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from sut.reaper import mapped_segments, present_segments, terminate_then_kill
+from sut.reaper import IPC_PREFIX, mapped_segments, present_segments, terminate_then_kill
 
 POLL_S = 1.0
 GRACE_S = 5.0
@@ -169,6 +175,15 @@ def _outside(token: str, tree: set[int]) -> list[psutil.Process]:
     return [p for p in _marked(token) if p.pid not in tree]
 
 
+def _ipc_dir_of(p: psutil.Process) -> str | None:
+    """The command's IPC folder, as a descendant's environment names it (None: none of ours)."""
+    try:
+        path = p.environ().get("VLLM_RPC_BASE_PATH", "")
+    except psutil.Error:
+        return None
+    return path if os.path.basename(path.rstrip("/")).startswith(IPC_PREFIX) else None
+
+
 def _unlink(segments: set[str]) -> None:
     for path in segments:
         with contextlib.suppress(OSError):
@@ -208,11 +223,13 @@ def watch(
     scanned = 0.0
     names_then: set[str] = set()
     unplaced = 0  # polls left to look for a new segment's maker outside the tree
+    ipc_dirs: set[str] = set()
     while os.getppid() == parent:
         try:
             for p in psutil.Process(parent).children(recursive=True):
                 if p.pid != me and p.pid not in known:
                     known[p.pid] = p
+                    ipc_dirs.add(_ipc_dir_of(p) or "")
         except psutil.Error:
             break
         known = {pid: p for pid, p in known.items() if p.is_running()}
@@ -249,6 +266,8 @@ def watch(
             _announce(parent, list(left.values()))
         terminate_then_kill(list(left.values()), grace_s)
     _unlink(segments)
+    for path in filter(None, ipc_dirs):  # the command's exit handler never ran
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def _end_outside(parent: int, token: str, noted: set[str], grace_s: float) -> None:
