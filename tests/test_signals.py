@@ -418,3 +418,52 @@ def test_a_segment_of_a_process_outside_the_tree_is_removed_whichever_way_the_co
             worker.kill()
         with contextlib.suppress(OSError):
             os.unlink(segment)
+
+
+# A command that starts an engine-like child the way a run does: its own IPC folder, made as
+# sut.engine makes it and named in the environment the child inherits; or, as a child run of a
+# command that started an engine, the folder it inherited (its maker's, never the guard's).
+IPC_GUARDED = textwrap.dedent(
+    """
+    import os, subprocess, sys, tempfile, time
+    from harness.proc.orphans import guard_descendants
+    from sut.reaper import IPC_PREFIX
+    with guard_descendants():
+        if sys.argv[1] == "own":
+            folder = tempfile.mkdtemp(prefix=IPC_PREFIX, dir=sys.argv[2])
+            os.environ["VLLM_RPC_BASE_PATH"] = folder
+        child = subprocess.Popen(["sleep", "311"])
+        print(os.environ["VLLM_RPC_BASE_PATH"], child.pid, flush=True)
+        time.sleep(300)
+    """
+)
+
+
+@pytest.mark.parametrize("folder", ["own", "inherited"])
+def test_the_guard_removes_a_killed_commands_ipc_folder_and_only_its_own(tmp_path, folder):
+    env = {k: v for k, v in os.environ.items() if k != "VLLM_RPC_BASE_PATH"}
+    if folder == "inherited":
+        env["VLLM_RPC_BASE_PATH"] = str(tmp_path / "mlperf-vllm-ipc-maker")
+        os.mkdir(env["VLLM_RPC_BASE_PATH"])
+    proc = subprocess.Popen(
+        [sys.executable, "-c", IPC_GUARDED, folder, str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=str(REPO),
+        env=env,
+        start_new_session=True,
+    )
+    try:
+        path, pid = proc.stdout.readline().split()
+        child = psutil.Process(int(pid))
+        time.sleep(1.5)  # the guard has seen the child
+        proc.kill()
+        proc.wait(10)
+        wait_for(lambda: not alive([child]), 20, "the dead command's child to be stopped")
+        proc.stderr.read()  # EOF once the guard, which shares it, has ended too
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert os.path.basename(path).startswith("mlperf-vllm-ipc-")
+    assert os.path.exists(path) == (folder == "inherited"), path

@@ -176,10 +176,14 @@ def _outside(token: str, tree: set[int]) -> list[psutil.Process]:
 
 
 def _ipc_dir_of(p: psutil.Process) -> str | None:
-    """The command's IPC folder, as a descendant's environment names it (None: none of ours)."""
+    """The command's IPC folder, as a descendant's environment names it (None: none of its
+    own). A folder the command inherited (a child run of a command that started an engine,
+    such as calibrate's confirmation runs) is in the guard's environment too: its maker's."""
     try:
         path = p.environ().get("VLLM_RPC_BASE_PATH", "")
     except psutil.Error:
+        return None
+    if path == os.environ.get("VLLM_RPC_BASE_PATH"):
         return None
     return path if os.path.basename(path.rstrip("/")).startswith(IPC_PREFIX) else None
 

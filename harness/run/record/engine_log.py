@@ -31,6 +31,7 @@ ENGINE_START_LOG = "engine_start.log"
 ENGINE_LOG = "engine.log"  # vLLM's processes' output over a run that started (not --verbose)
 MAX_HELD = 4 << 20  # bytes held while the engine starts (a start prints ~100 KB)
 TAIL = 64 << 10  # bytes of the engine's later output kept, for the reason it dies mid-run
+RENDEZVOUS_READ_S = 2.0  # after a failed start: how long its output is read to its end
 
 # "(Worker pid=1) ERROR 11-25 17:30:06 [file.py:953] RuntimeError: text" -> "RuntimeError: text"
 _PREFIX = re.compile(r"^\([^)]*pid=\d+\)\s+(?:[A-Z]+\s+\d\d-\d\d [\d:]+\s+\[[^\]]*\]\s+)?")
@@ -363,7 +364,9 @@ class EngineStartLog:
         may write more: that is dropped."""
         _flush()
         printed = "".join(h.end("drop").decode("utf-8", "replace") for h in self.held)
-        self.rendezvous.remove()  # the start's processes were reaped before the failure came
+        # the start's processes were reaped before the failure came: what they wrote last is
+        # read to the end (the pipes close with them) for the rendezvous files they named
+        self.close(RENDEZVOUS_READ_S)
         return printed
 
 
