@@ -173,10 +173,13 @@ def _is_guard(p) -> bool:
 
 
 def test_sigkill_of_the_main_process_leaves_no_engine_running(
-    tiny_model, tiny_dataset, long_offline, tmp_path
+    tiny_model, tiny_dataset, long_offline, tmp_path, monkeypatch
 ):
     """The OOM killer or `kill -9` gives the run no chance to stop its engine, and vLLM's
     engine core does not watch its parent: the guard stops it (and its worker)."""
+    # an IPC folder of the run's own (this worker's, if it started an engine, is kept: the
+    # guard removes only what its command made)
+    monkeypatch.delenv("VLLM_RPC_BASE_PATH", raising=False)
     out = tmp_path / "run"
     proc = start_cli(*run_args(tiny_model, tiny_dataset, out, long_offline, *FAST))
     try:
