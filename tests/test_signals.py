@@ -129,15 +129,22 @@ GUARDED = textwrap.dedent(
 )
 
 
-def _guarded(settle_s: float, stay_s: float) -> subprocess.Popen:
+def _command(script: str, *args: str, env: dict | None = None, stdin=None) -> subprocess.Popen:
+    """`python -c SCRIPT ARGS` as a command in a session of its own, its output read as text."""
     return subprocess.Popen(
-        [sys.executable, "-c", GUARDED, str(settle_s), str(stay_s)],
+        [sys.executable, "-c", script, *args],
+        stdin=stdin,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         cwd=str(REPO),
+        env=env,
         start_new_session=True,
     )
+
+
+def _guarded(settle_s: float, stay_s: float) -> subprocess.Popen:
+    return _command(GUARDED, str(settle_s), str(stay_s))
 
 
 def _ignores_int_and_term(pid: int) -> bool:
@@ -214,14 +221,7 @@ ORPHANING = textwrap.dedent(
 
 
 def test_a_process_no_longer_our_descendant_is_stopped_by_its_mark():
-    proc = subprocess.Popen(
-        [sys.executable, "-c", ORPHANING],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=str(REPO),
-        start_new_session=True,
-    )
+    proc = _command(ORPHANING)
     orphan = None
     try:
         orphan = psutil.Process(int(proc.stdout.readline()))
@@ -280,14 +280,7 @@ GUARDED_SHM = textwrap.dedent(
 
 
 def test_sigkill_of_the_main_process_leaves_no_shared_memory_of_its_engine():
-    proc = subprocess.Popen(
-        [sys.executable, "-c", GUARDED_SHM],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=str(REPO),
-        start_new_session=True,
-    )
+    proc = _command(GUARDED_SHM)
     name = ""
     try:
         name = proc.stdout.readline().strip()
@@ -361,15 +354,7 @@ OUTSIDE_SHM = textwrap.dedent(
 
 
 def _outside_worker(tmp_path) -> tuple[subprocess.Popen, psutil.Process, str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-c", OUTSIDE_SHM, str(tmp_path / "name")],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=str(REPO),
-        start_new_session=True,
-    )
+    proc = _command(OUTSIDE_SHM, str(tmp_path / "name"), stdin=subprocess.PIPE)
     pid, name = proc.stdout.readline().split()
     worker = psutil.Process(int(pid))
     assert worker.pid not in [p.pid for p in psutil.Process(proc.pid).children(True)]
@@ -445,15 +430,7 @@ def test_the_guard_removes_a_killed_commands_ipc_folder_and_only_its_own(tmp_pat
     if folder == "inherited":
         env["VLLM_RPC_BASE_PATH"] = str(tmp_path / "mlperf-vllm-ipc-maker")
         os.mkdir(env["VLLM_RPC_BASE_PATH"])
-    proc = subprocess.Popen(
-        [sys.executable, "-c", IPC_GUARDED, folder, str(tmp_path)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=str(REPO),
-        env=env,
-        start_new_session=True,
-    )
+    proc = _command(IPC_GUARDED, folder, str(tmp_path), env=env)
     try:
         path, pid = proc.stdout.readline().split()
         child = psutil.Process(int(pid))

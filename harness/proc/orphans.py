@@ -233,7 +233,8 @@ def watch(
             for p in psutil.Process(parent).children(recursive=True):
                 if p.pid != me and p.pid not in known:
                     known[p.pid] = p
-                    ipc_dirs.add(_ipc_dir_of(p) or "")
+                    if folder := _ipc_dir_of(p):
+                        ipc_dirs.add(folder)
         except psutil.Error:
             break
         known = {pid: p for pid, p in known.items() if p.is_running()}
@@ -270,7 +271,7 @@ def watch(
             _announce(parent, list(left.values()))
         terminate_then_kill(list(left.values()), grace_s)
     _unlink(segments)
-    for path in filter(None, ipc_dirs):  # the command's exit handler never ran
+    for path in ipc_dirs:  # the command's exit handler never ran
         shutil.rmtree(path, ignore_errors=True)
 
 

@@ -25,7 +25,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 ENGINE_START_LOG = "engine_start.log"
 ENGINE_LOG = "engine.log"  # vLLM's processes' output over a run that started (not --verbose)
@@ -133,6 +133,17 @@ FATAL = re.compile(
 )
 
 
+_Text = TypeVar("_Text", str, bytes)
+
+
+def whole_lines(carry: _Text, chunk: _Text, newline: _Text) -> tuple[_Text, _Text]:
+    """A stream read in chunks: (the whole lines that `carry + chunk` completes, the partial
+    line to carry into the next read, its last 4 KB at most)."""
+    text = carry + chunk
+    cut = text.rfind(newline) + 1
+    return text[:cut], text[cut:][-4096:]
+
+
 class FatalWatch:
     """The first line of FATAL in a stream read in chunks (lines may be split across them)."""
 
@@ -143,10 +154,8 @@ class FatalWatch:
     def feed(self, chunk: str) -> None:
         if self.line is not None:
             return
-        text = self._carry + chunk
-        cut = text.rfind("\n")
-        self._carry = text[cut + 1 :][-4096:]
-        m = FATAL.search(text[: cut + 1]) if cut >= 0 else None
+        lines, self._carry = whole_lines(self._carry, chunk, "\n")
+        m = FATAL.search(lines)
         if m:
             self.line = " ".join((m.group(1) or m.group(2)).split())
 
@@ -173,12 +182,8 @@ class RendezvousFiles:
 
     def feed(self, chunk: bytes) -> None:
         with self._lock:
-            text = self._carry + chunk
-            cut = text.rfind(b"\n")
-            self._carry = text[cut + 1 :][-4096:]
-            if cut >= 0:
-                for m in RENDEZVOUS.finditer(text[: cut + 1]):
-                    self.paths.add(os.fsdecode(m.group(1)))
+            lines, self._carry = whole_lines(self._carry, chunk, b"\n")
+            self.paths.update(os.fsdecode(m.group(1)) for m in RENDEZVOUS.finditer(lines))
 
     def remove(self) -> list[str]:
         """Unlink the named files still there; the ones removed."""
@@ -201,7 +206,7 @@ def _flush() -> None:
 class _Held:
     """One file descriptor (1 or 2) through a pipe, held, passed or dropped."""
 
-    def __init__(self, fd: int, rendezvous: RendezvousFiles | None = None) -> None:
+    def __init__(self, fd: int, rendezvous: RendezvousFiles) -> None:
         self.fd, self.real = fd, -1
         self.rendezvous = rendezvous
         self.held: list[bytes] = []
@@ -236,8 +241,7 @@ class _Held:
             if not chunk:
                 os.close(r)
                 return
-            if self.rendezvous is not None:
-                self.rendezvous.feed(chunk)
+            self.rendezvous.feed(chunk)
             with self.lock:
                 state = self.state
                 if state == "hold" and self.size < MAX_HELD:
@@ -295,10 +299,10 @@ class EngineStartLog:
     """stdout and stderr through pipes while the engine starts (see the module doc); vLLM's
     logger writes to stdout, a dying process's traceback goes to stderr."""
 
-    def __init__(self, held: list[_Held], rendezvous: RendezvousFiles | None = None) -> None:
+    def __init__(self, held: list[_Held], rendezvous: RendezvousFiles) -> None:
         self.held = held
         self.sink = -1
-        self.rendezvous = rendezvous or RendezvousFiles()
+        self.rendezvous = rendezvous  # what the pumps of `held` found
 
     @classmethod
     def begin(cls, tracker_log: str | os.PathLike[str] | None = None) -> EngineStartLog:
