@@ -359,10 +359,11 @@ def _server_tp2_run(ray_cluster, tiny_model, tiny_dataset, out: Path) -> Path:
     # compliant); 480 queries let LoadGen's early stopping certify the p99s with none over.
     # What is under test is the Ray path, not this machine's latency: alone here the p99s are
     # ~60 ms TTFT and ~28 ms TPOT, and the limits sit far above them, while a run that stops
-    # keeping up with 8 QPS still fails (its backlog, and so its TTFT, grows without bound).
+    # keeping up with 16 QPS still fails (its backlog, and so its TTFT, grows without bound).
+    # 16 QPS of 16 tokens: the 480 queries in 30 s, at the token rate 8 QPS of 32 tokens asked.
     conf.write_text(
         "*.Server.min_duration = 5000\n*.Server.min_query_count = 480\n"
-        "*.Server.target_qps = 8\n*.Server.ttft_latency = 20000\n*.Server.tpot_latency = 2000\n"
+        "*.Server.target_qps = 16\n*.Server.ttft_latency = 20000\n*.Server.tpot_latency = 2000\n"
     )
     args = run_args(
         tiny_model,
@@ -373,7 +374,7 @@ def _server_tp2_run(ray_cluster, tiny_model, tiny_dataset, out: Path) -> Path:
         "--warmup-samples",
         "16",
         "--max-tokens",
-        "32",
+        "16",
         scenario="Server",
     )
     proc = ray_cluster.cli(*args, *TP2_RAY)
