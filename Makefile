@@ -27,8 +27,10 @@ demo: $(STAMP)
 # minutes). `make test` in CI: everything, end-to-end tests included, in TEST_WORKERS pytest-xdist
 # workers; a module, and the modules that share one run, stay in one worker, and the longest
 # groups start first (tests/conftest.py orders them; xdist would order them by test count).
-# Both end with the slowest tests and their times.
-TEST_WORKERS ?= 2
+# The groups that start engines run on two workers at most (one engine computing per core); the
+# third runs the unit tests beside them. Both end with the slowest tests and their times.
+TEST_WORKERS ?= 3
+CHECK_WORKERS ?= 2
 
 test: $(STAMP)
 	$(PYTEST) -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=25 --timeout=1200
@@ -44,10 +46,10 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check sut harness evaluation tests bench
 	$(VENV)/bin/mypy
 
-# Before every commit, within 3 minutes: lint and types, then the unit tests in TEST_WORKERS
+# Before every commit, within 3 minutes: lint and types, then the unit tests in CHECK_WORKERS
 # workers (no engine start; tests/test_layering.py, the import layers, is one of them).
 check: lint
-	$(PYTEST) -q -m "not e2e and not mlflow" -n $(TEST_WORKERS) --durations=5 --timeout=300
+	$(PYTEST) -q -m "not e2e and not mlflow" -n $(CHECK_WORKERS) --durations=5 --timeout=300
 
 bench: $(STAMP)
 	$(PY) bench/offline_overhead.py

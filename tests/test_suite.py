@@ -53,6 +53,40 @@ def test_a_group_runs_on_one_worker(tmp_path):
     assert all(nodeid.endswith("@test_grouped") for _, nodeid in ran), ran
 
 
+def test_groups_run_on_two_workers_and_the_third_runs_unit_tests_beside_them(tmp_path):
+    """Under `-n 3` (make test) the engine groups run on gw0 and gw1 only, at most one engine
+    computing per core; gw2 takes only unit tests, and the engine workers take the unit tests
+    left once no group is."""
+    _copy_conftest(tmp_path)
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    e2e: x\n    mlflow: x\n")
+    for name in "abc":  # three groups, each long enough for every worker to be ready
+        body = "import time\nimport pytest\n\npytestmark = pytest.mark.e2e\n\n"
+        body += "".join(f"def test_{n}():\n    time.sleep(0.6)\n\n" for n in "xy")
+        (tmp_path / f"test_group_{name}.py").write_text(body)
+    units = "".join(f"def test_unit_{n}():\n    time.sleep(0.1)\n\n" for n in range(30))
+    (tmp_path / "test_units.py").write_text(f"import time\n\n{units}")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-v", "-n", "3", "--dist", "loadgroup"]
+        + ["--no-loadscope-reorder", "-p", "no:cacheprovider", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    ran = re.findall(r"\[(gw\d)\] \[\s*\d+%\] PASSED \S+::(test_\w+)", proc.stdout)
+    assert len(ran) == 36, proc.stdout[-3000:]
+    groups = {w for w, test in ran if not test.startswith("test_unit_")}
+    assert groups <= {"gw0", "gw1"} and len(groups) == 2, ran
+    assert "gw2" in {w for w, test in ran if test.startswith("test_unit_")}, ran
+    # each group whole on one worker
+    for name in "abc":
+        where = set(
+            re.findall(rf"\[(gw\d)\] \[\s*\d+%\] PASSED \S*test_group_{name}\.py", proc.stdout)
+        )
+        assert len(where) == 1, (name, ran)
+
+
 def _copy_conftest(where: Path) -> None:
     for name in ("conftest.py", "leftovers.py"):  # the guard's watcher beside it
         shutil.copy(TESTS / name, where / name)
