@@ -34,18 +34,10 @@ def test_a_group_runs_on_one_worker(tmp_path):
     `@group` suffix, and then every test went to whichever worker was free, each worker making
     the session's shared runs again (about three minutes of a `make test`)."""
     _copy_conftest(tmp_path)
-    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    e2e: x\n    mlflow: x\n")
     tests = "".join(f"def test_{n}():\n    time.sleep(0.2)\n\n" for n in "abcdef")
     body = f"import time\nimport pytest\n\npytestmark = pytest.mark.e2e\n\n{tests}"
     (tmp_path / "test_grouped.py").write_text(body)
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-v", "-n", "2", "--dist", "loadgroup"]
-        + ["-p", "no:cacheprovider", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,
-    )
+    proc = _nested_pytest(tmp_path, 2)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     ran = re.findall(r"\[(gw\d)\] \[\s*\d+%\] PASSED (\S+)", proc.stdout)
     assert len(ran) == 6, proc.stdout[-3000:]
@@ -55,24 +47,15 @@ def test_a_group_runs_on_one_worker(tmp_path):
 
 def test_groups_run_on_two_workers_and_the_third_runs_unit_tests_beside_them(tmp_path):
     """Under `-n 3` (make test) the engine groups run on gw0 and gw1 only, at most one engine
-    computing per core; gw2 takes only unit tests, and the engine workers take the unit tests
-    left once no group is."""
+    computing per core, each group whole on one of them; gw2 takes unit tests only."""
     _copy_conftest(tmp_path)
-    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    e2e: x\n    mlflow: x\n")
     for name in "abc":  # three groups, each long enough for every worker to be ready
         body = "import time\nimport pytest\n\npytestmark = pytest.mark.e2e\n\n"
         body += "".join(f"def test_{n}():\n    time.sleep(0.6)\n\n" for n in "xy")
         (tmp_path / f"test_group_{name}.py").write_text(body)
     units = "".join(f"def test_unit_{n}():\n    time.sleep(0.1)\n\n" for n in range(30))
     (tmp_path / "test_units.py").write_text(f"import time\n\n{units}")
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-v", "-n", "3", "--dist", "loadgroup"]
-        + ["--no-loadscope-reorder", "-p", "no:cacheprovider", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,
-    )
+    proc = _nested_pytest(tmp_path, 3, "--no-loadscope-reorder")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     ran = re.findall(r"\[(gw\d)\] \[\s*\d+%\] PASSED \S+::(test_\w+)", proc.stdout)
     assert len(ran) == 36, proc.stdout[-3000:]
@@ -90,6 +73,21 @@ def test_groups_run_on_two_workers_and_the_third_runs_unit_tests_beside_them(tmp
 def _copy_conftest(where: Path) -> None:
     for name in ("conftest.py", "leftovers.py"):  # the guard's watcher beside it
         shutil.copy(TESTS / name, where / name)
+    (where / "pytest.ini").write_text("[pytest]\nmarkers =\n    e2e: x\n    mlflow: x\n")
+
+
+def _nested_pytest(where: Path, workers: int, *extra: str, env=None):
+    """pytest over `where` (this suite's conftest copied beside its tests), `workers` xdist
+    workers under `--dist loadgroup`, as make test runs them."""
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-v", "-n", str(workers), "--dist", "loadgroup"]
+        + ["-p", "no:cacheprovider", *extra, str(where)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=where,
+        env=env,
+    )
 
 
 # A test that leaves a /dev/shm segment behind: a process of its own makes one that only it
@@ -131,17 +129,10 @@ def test_a_module_that_leaves_a_segment_fails_by_name_beside_a_clean_one(tmp_pat
     """The guard under xdist, two workers: the leaky module fails at its teardown naming the
     segment it left (which is then removed); the clean module beside it passes."""
     _copy_conftest(tmp_path)
-    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    e2e: x\n    mlflow: x\n")
     (tmp_path / "test_leaky.py").write_text(LEAKY)
     (tmp_path / "test_clean.py").write_text(CLEAN)
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-v", "-n", "2", "--dist", "loadgroup"]
-        + ["-p", "no:cacheprovider", "-p", "no:randomly", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,
-        env={**os.environ, "LEFTOVER_SETTLE_S": "1"},
+    proc = _nested_pytest(
+        tmp_path, 2, "-p", "no:randomly", env={**os.environ, "LEFTOVER_SETTLE_S": "1"}
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out[-3000:]
