@@ -426,6 +426,21 @@ IPC_GUARDED = textwrap.dedent(
 
 @pytest.mark.parametrize("folder", ["own", "inherited"])
 def test_the_guard_removes_a_killed_commands_ipc_folder_and_only_its_own(tmp_path, folder):
+    path = _kill_guarded(tmp_path, folder, settle_s=1.5)  # the guard's loop has seen the child
+    assert os.path.basename(path).startswith("mlperf-vllm-ipc-")
+    assert os.path.exists(path) == (folder == "inherited"), path
+
+
+def test_the_guard_removes_the_ipc_folder_of_a_command_killed_as_it_started_its_child(tmp_path):
+    """Killed at once: the guard may not have looked yet (its interpreter still starting on a
+    busy machine); it finds the child by the command's token, and the folder by the child."""
+    path = _kill_guarded(tmp_path, "own", settle_s=0)
+    assert not os.path.exists(path), path
+
+
+def _kill_guarded(tmp_path, folder: str, settle_s: float) -> str:
+    """Start IPC_GUARDED, SIGKILL it `settle_s` after its child started, wait for the guard to
+    stop the child and end; the IPC folder the child was given."""
     env = {k: v for k, v in os.environ.items() if k != "VLLM_RPC_BASE_PATH"}
     if folder == "inherited":
         env["VLLM_RPC_BASE_PATH"] = str(tmp_path / "mlperf-vllm-ipc-maker")
@@ -434,7 +449,7 @@ def test_the_guard_removes_a_killed_commands_ipc_folder_and_only_its_own(tmp_pat
     try:
         path, pid = proc.stdout.readline().split()
         child = psutil.Process(int(pid))
-        time.sleep(1.5)  # the guard has seen the child
+        time.sleep(settle_s)
         proc.kill()
         proc.wait(10)
         wait_for(lambda: not alive([child]), 20, "the dead command's child to be stopped")
@@ -442,5 +457,4 @@ def test_the_guard_removes_a_killed_commands_ipc_folder_and_only_its_own(tmp_pat
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    assert os.path.basename(path).startswith("mlperf-vllm-ipc-")
-    assert os.path.exists(path) == (folder == "inherited"), path
+    return path

@@ -267,6 +267,9 @@ def watch(
         if not left:
             break
         segments |= mapped_segments(list(left))  # what they map now, before they go
+        # and their IPC folder, where the loop never saw them (a command killed in its first
+        # poll after starting one: its guard was still starting, or between two polls)
+        ipc_dirs |= {d for p in left.values() if (d := _ipc_dir_of(p))}
         if round_ == 0:
             _announce(parent, list(left.values()))
         terminate_then_kill(list(left.values()), grace_s)
