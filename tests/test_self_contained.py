@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 import re
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -199,12 +200,26 @@ def _source_modules() -> set[str]:
     }
 
 
+# What the wheel is built from beside pyproject.toml and its readme: its packages, and the
+# folders pyproject maps into harness (user_confs, scripts/plans).
+WHEEL_SOURCES = ("sut", "harness", "evaluation", "user_confs", "scripts")
+
+
 def test_wheel_ships_every_module_and_the_confs_and_plans(tmp_path: Path) -> None:
     """Build the wheel, install it (without dependencies) into a fresh venv that borrows this
-    one's packages, and find the shipped files from another folder."""
+    one's packages, and find the shipped files from another folder. It is built from a copy of
+    what the build reads: setuptools builds in the source folder (build/), which another
+    worker's test finds changed, and whose files of an earlier build a wheel would ship."""
+    src = tmp_path / "src"
+    for name in ("pyproject.toml", "README.md", *WHEEL_SOURCES):
+        if (REPO / name).is_dir():
+            shutil.copytree(REPO / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            src.mkdir(exist_ok=True)
+            shutil.copy(REPO / name, src / name)
     out = tmp_path / "wheel"
     proc = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", str(REPO), "--no-deps", "--no-build-isolation"]
+        [sys.executable, "-m", "pip", "wheel", str(src), "--no-deps", "--no-build-isolation"]
         + ["-q", "-w", str(out)],
         capture_output=True,
         text=True,
