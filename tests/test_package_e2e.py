@@ -102,6 +102,9 @@ def calibrated(tiny_model, tiny_dataset, tmp_path_factory):
         MARGIN,
         "--max-tokens",
         MAX_TOKENS,
+        # not logged: the default store is the working directory, this clone (where another
+        # worker's test checks that a refused command writes nothing)
+        "--no-mlflow",
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return out / "user.conf", proc
