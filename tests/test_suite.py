@@ -104,7 +104,7 @@ MAKER = (
     "from multiprocessing import resource_tracker, shared_memory\\n"
     "shm = shared_memory.SharedMemory(create=True, size=1 << 16)\\n"
     "resource_tracker.unregister(shm._name, 'shared_memory')\\n"
-    "time.sleep(1.5)\\n"
+    "time.sleep(4)\\n"  # mapped for eight of the watcher's half-second looks: a busy machine may starve one
     "os._exit(0)\\n"
 )
 
