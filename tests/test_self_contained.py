@@ -211,12 +211,11 @@ def test_wheel_ships_every_module_and_the_confs_and_plans(tmp_path: Path) -> Non
     what the build reads: setuptools builds in the source folder (build/), which another
     worker's test finds changed, and whose files of an earlier build a wheel would ship."""
     src = tmp_path / "src"
-    for name in ("pyproject.toml", "README.md", *WHEEL_SOURCES):
-        if (REPO / name).is_dir():
-            shutil.copytree(REPO / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            src.mkdir(exist_ok=True)
-            shutil.copy(REPO / name, src / name)
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, src / name)
+    for name in WHEEL_SOURCES:
+        shutil.copytree(REPO / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
     out = tmp_path / "wheel"
     proc = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", str(src), "--no-deps", "--no-build-isolation"]
