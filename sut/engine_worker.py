@@ -226,7 +226,11 @@ def worker_main(conn: Any, spec: dict[str, Any]) -> None:
     devices = spec.get("devices")
     if devices is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = devices
-    os.environ.update(spec.get("env", {}))
+    for key, value in spec.get(
+        "env", {}
+    ).items():  # only what differs: sut.engine.restore_environment
+        if os.environ.get(key) != value:
+            os.environ[key] = value
     rc = 1
     try:
         rc = asyncio.run(_main(conn, spec))

@@ -126,17 +126,24 @@ def _on_own_thread(factory: Callable[[], Any]) -> concurrent.futures.Future:
 
 @contextlib.contextmanager
 def direct_llm(
-    config: Any, *, gpu: bool | None = None, timeout_s: float | None = None
+    config: Any,
+    *,
+    gpu: bool | None = None,
+    timeout_s: float | None = None,
+    build: Callable[..., Any] | None = None,
 ) -> Iterator[Any]:
     """A `vllm.LLM` outside any SUT (a direct generation to compare against, a bench's raw
     engine), started and ended as the SUTs' engines are: on a helper thread with `timeout_s`,
     and on the way out shut down, its processes reaped and the shared-memory segments they
     mapped removed. `shutdown_llm` alone leaves vLLM's queue segment in /dev/shm whenever its
-    finalizer does not run before the engine core is gone."""
+    finalizer does not run before the engine core is gone. `build(config, gpu=...)`: another
+    builder of an engine with an `llm_engine` (default `create_llm`; the Offline SUT's is
+    `create_offline_engine`)."""
     from sut.engine import create_llm, shutdown_llm
 
+    build = build or create_llm
     segments = EngineSegments()
-    llm, procs = start_engine(lambda: create_llm(config, gpu=gpu), timeout_s, "direct", segments)
+    llm, procs = start_engine(lambda: build(config, gpu=gpu), timeout_s, "direct", segments)
     try:
         yield llm
     finally:

@@ -109,12 +109,12 @@ class OfflineSUT(EngineSUT):
     ) -> OfflineSUT:
         """The runner's entry: an `EngineConfig` and `make_sampling_params` keyword arguments;
         `output_lengths[i]`: sample index i's `max_tokens` (sut.engine.SampleParams)."""
-        from sut.engine import create_llm, make_sampling_params
+        from sut.engine import create_offline_engine, make_sampling_params
         from sut.lifecycle import start_engine
 
         segments = EngineSegments()
         llm, procs = start_engine(
-            lambda: create_llm(engine_config), start_timeout_s, name, segments
+            lambda: create_offline_engine(engine_config), start_timeout_s, name, segments
         )
         return cls(
             llm,

