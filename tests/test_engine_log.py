@@ -61,6 +61,33 @@ def test_verbose_keeps_it_on_the_terminal(tmp_path):
     assert "Disabling Triton." in screen and "Disabling Triton" not in log
 
 
+FULL_DISK = textwrap.dedent(
+    """
+    import logging, sys
+    from harness.run.record.engine_log import route_vllm_logger
+    vllm = logging.getLogger("vllm")
+    vllm.addHandler(logging.StreamHandler(sys.stdout))
+    vllm.setLevel(logging.INFO)
+    logging.raiseExceptions = False  # the handler's own complaint is not under test
+    undo = route_vllm_logger("/dev/full")  # every write there fails: No space left on device
+    logging.getLogger("vllm.v1.engine").info("[shutdown] MPClient: complete")
+    undo()
+    logging.getLogger("vllm.entrypoints").info("after the run")
+    """
+)
+
+
+def test_a_file_system_that_filled_under_the_engine_log_neither_fails_the_undo_nor_mutes_vllm():
+    """The line vLLM logs as it shuts down stays in the file's buffer when the disk is full;
+    putting the terminal back must not raise over the run's own error, and vLLM's later lines
+    reach the terminal, not the closed file."""
+    proc = subprocess.run(
+        [sys.executable, "-c", FULL_DISK], capture_output=True, text=True, cwd=REPO, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "after the run\n", proc.stdout + proc.stderr
+
+
 def test_the_session_adds_vllms_first_line_to_an_engine_death_in_any_test(tmp_path):
     """A run's test and a calibration's trial both go through EngineSession.run: the line of
     an engine that died carries what vLLM logged first, once, and never for a full disk."""

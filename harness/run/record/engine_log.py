@@ -416,9 +416,14 @@ def route_vllm_logger(path: str | os.PathLike[str]) -> Callable[[], None]:
     except OSError:
         return lambda: None
     held, _held_records[:] = list(_held_records), []
-    for record in held:
-        stream.write(f"{record.levelname} {record.name}: {record.getMessage()}\n")
-    stream.flush()
+    try:
+        for record in held:
+            stream.write(f"{record.levelname} {record.name}: {record.getMessage()}\n")
+        stream.flush()
+    except OSError:  # a full file system: the terminal keeps vLLM's lines
+        with contextlib.suppress(OSError):
+            stream.close()
+        return lambda: None
     for handler in logging.getLogger("vllm").handlers:
         if isinstance(handler, logging.StreamHandler) and not isinstance(
             handler, logging.FileHandler
@@ -426,8 +431,15 @@ def route_vllm_logger(path: str | os.PathLike[str]) -> Callable[[], None]:
             swapped.append((handler, handler.setStream(stream)))
 
     def undo() -> None:
+        # setStream flushes the file first: on a file system that filled since, that raises,
+        # and the handler would keep writing into the closed file
         for handler, old in swapped:
-            handler.setStream(old)
-        stream.close()
+            try:
+                handler.setStream(old)
+            except OSError:
+                with handler.lock:  # type: ignore[union-attr]
+                    handler.stream = old
+        with contextlib.suppress(OSError):
+            stream.close()
 
     return undo
