@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sut.reaper import IPC_PREFIX
+from sut.reaper import IPC_PARENTS, IPC_PREFIX, ipc_prefix
 
 log = logging.getLogger(__name__)
 
@@ -465,15 +465,18 @@ def vllm_reason(exc: BaseException, limit: int = 400) -> str:
 # vLLM names an IPC socket BASE/<uuid4> (37 characters after BASE) and a Unix socket path holds
 # at most 107 bytes: BASE, our mkdtemp folder, may be at most 70 long.
 IPC_BASE_MAX = 70
+# the folder's name after its parent: the prefix, its maker's pid (7 digits at most: Linux's
+# largest pid_max), a dash and mkdtemp's 8 characters
+IPC_NAME_MAX = len(IPC_PREFIX) + 7 + 1 + 8
 
 
 def ipc_parent(temp_dir: str | None = None) -> str | None:
     """Where the private IPC folder goes: the temp dir, unless its path is too long for a
     socket path under it (a deep TMPDIR); then the first short system temp folder."""
     temp_dir = temp_dir or tempfile.gettempdir()
-    if len(temp_dir) + 1 + len(IPC_PREFIX) + 8 <= IPC_BASE_MAX:
+    if len(temp_dir) + 1 + IPC_NAME_MAX <= IPC_BASE_MAX:
         return None
-    for cand in ("/tmp", "/var/tmp", "/dev/shm"):
+    for cand in IPC_PARENTS:
         if os.path.isdir(cand) and os.access(cand, os.W_OK | os.X_OK):
             return cand
     return None
@@ -494,7 +497,7 @@ def _prepare_environment(gpu: bool, config: EngineConfig | None = None) -> None:
         # vLLM binds its ZMQ IPC sockets under this folder (default: the temp dir) and leaves
         # the socket files behind, a handful per engine start. A private folder, removed at
         # exit (after vLLM's own exit handlers, registered later, have run), keeps /tmp clean.
-        ipc_dir = tempfile.mkdtemp(prefix=IPC_PREFIX, dir=ipc_parent())
+        ipc_dir = tempfile.mkdtemp(prefix=ipc_prefix(os.getpid()), dir=ipc_parent())
         os.environ["VLLM_RPC_BASE_PATH"] = ipc_dir
         _ipc_dirs.append(ipc_dir)
         atexit.register(remove_ipc_dirs)

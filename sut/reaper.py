@@ -12,6 +12,7 @@ import contextlib
 import logging
 import os
 import signal
+import tempfile
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,6 +21,25 @@ log = logging.getLogger(__name__)
 # The name of a run's private folder of vLLM's IPC sockets (sut.engine makes it; the orphan guard
 # removes it after a command that was killed)
 IPC_PREFIX = "mlperf-vllm-ipc-"
+# where such a folder may be (sut.engine.ipc_parent picks one of these)
+IPC_PARENTS = ("/tmp", "/var/tmp", "/dev/shm")
+
+
+def ipc_prefix(pid: int) -> str:
+    """The name its maker's folder starts with: the prefix and the maker's pid. The guard finds
+    it by the pid alone: a forked engine core's environment (/proc/PID/environ, the one it was
+    exec'd with) does not show the variable its maker set, so only the name can tell."""
+    return f"{IPC_PREFIX}{pid}-"
+
+
+def ipc_folders_of(pids: Sequence[int]) -> set[str]:
+    """The IPC folders that the processes `pids` made, in the temp dir or `IPC_PARENTS`."""
+    prefixes = tuple(ipc_prefix(pid) for pid in pids)
+    found: set[str] = set()
+    for parent in {tempfile.gettempdir(), *IPC_PARENTS}:
+        with contextlib.suppress(OSError), os.scandir(parent) as entries:
+            found.update(e.path for e in entries if e.name.startswith(prefixes) and e.is_dir())
+    return found
 
 
 def terminate_then_kill(

@@ -412,10 +412,10 @@ IPC_GUARDED = textwrap.dedent(
     """
     import os, subprocess, sys, tempfile, time
     from harness.proc.orphans import guard_descendants
-    from sut.reaper import IPC_PREFIX
+    from sut.reaper import ipc_prefix
     with guard_descendants():
         if sys.argv[1] == "own":
-            folder = tempfile.mkdtemp(prefix=IPC_PREFIX, dir=sys.argv[2])
+            folder = tempfile.mkdtemp(prefix=ipc_prefix(os.getpid()))  # TMPDIR: the test's
             os.environ["VLLM_RPC_BASE_PATH"] = folder
         child = subprocess.Popen(["sleep", "311"])
         print(os.environ["VLLM_RPC_BASE_PATH"], child.pid, flush=True)
@@ -442,6 +442,7 @@ def _kill_guarded(tmp_path, folder: str, settle_s: float) -> str:
     """Start IPC_GUARDED, SIGKILL it `settle_s` after its child started, wait for the guard to
     stop the child and end; the IPC folder the child was given."""
     env = {k: v for k, v in os.environ.items() if k != "VLLM_RPC_BASE_PATH"}
+    env["TMPDIR"] = str(tmp_path)
     if folder == "inherited":
         env["VLLM_RPC_BASE_PATH"] = str(tmp_path / "mlperf-vllm-ipc-maker")
         os.mkdir(env["VLLM_RPC_BASE_PATH"])

@@ -28,9 +28,10 @@ their maps when a new segment appeared, and every `SHM_SCAN_S`) and, after stopp
 unlinks those that are left.
 
 The command's private folder of vLLM's IPC sockets (`VLLM_RPC_BASE_PATH`, sut.engine), which
-its exit handler removes, goes the same way: the guard reads it from the environment of the
-command's descendants (the engine core inherits it) and removes it once they are stopped. A
-killed command left one in /tmp per run.
+its exit handler removes, goes the same way: its name carries its maker's pid, and the guard
+removes the folders of the command's processes once they are stopped. (Not read from their
+environments: a forked engine core's /proc/PID/environ is the one its maker was started with,
+without the variable set since.) A killed command left one in /tmp per run.
 
 A Ray layout's workers are the raylets' children, not the command's, and carry its token (the
 run hands it to Ray as its job's environment): the first worker of a tensor-parallel group
@@ -76,7 +77,7 @@ import psutil
 if __name__ == "__main__":  # run by path: sut.reaper of this checkout, not of an installed copy
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from sut.reaper import IPC_PREFIX, mapped_segments, present_segments, terminate_then_kill
+from sut.reaper import ipc_folders_of, mapped_segments, present_segments, terminate_then_kill
 
 POLL_S = 1.0
 GRACE_S = 5.0
@@ -175,17 +176,12 @@ def _outside(token: str, tree: set[int]) -> list[psutil.Process]:
     return [p for p in _marked(token) if p.pid not in tree]
 
 
-def _ipc_dir_of(p: psutil.Process) -> str | None:
-    """The command's IPC folder, as a descendant's environment names it (None: none of its
-    own). A folder the command inherited (a child run of a command that started an engine,
-    such as calibrate's confirmation runs) is in the guard's environment too: its maker's."""
-    try:
-        path = p.environ().get("VLLM_RPC_BASE_PATH", "")
-    except psutil.Error:
-        return None
-    if path == os.environ.get("VLLM_RPC_BASE_PATH"):
-        return None
-    return path if os.path.basename(path.rstrip("/")).startswith(IPC_PREFIX) else None
+def _ipc_folders(pids: set[int]) -> set[str]:
+    """The IPC folders the command's processes `pids` made (their names carry the maker's pid).
+    A folder the command inherited (a child run of a command that started an engine, such as
+    calibrate's confirmation runs) has its maker's pid, and is in the guard's environment too."""
+    inherited = os.environ.get("VLLM_RPC_BASE_PATH", "")
+    return {d for d in ipc_folders_of(sorted(pids)) if d != inherited.rstrip("/")}
 
 
 def _unlink(segments: set[str]) -> None:
@@ -227,14 +223,13 @@ def watch(
     scanned = 0.0
     names_then: set[str] = set()
     unplaced = 0  # polls left to look for a new segment's maker outside the tree
-    ipc_dirs: set[str] = set()
+    seen = {parent}  # every process of the command: the makers of its IPC folders
     while os.getppid() == parent:
         try:
             for p in psutil.Process(parent).children(recursive=True):
                 if p.pid != me and p.pid not in known:
                     known[p.pid] = p
-                    if folder := _ipc_dir_of(p):
-                        ipc_dirs.add(folder)
+                    seen.add(p.pid)
         except psutil.Error:
             break
         known = {pid: p for pid, p in known.items() if p.is_running()}
@@ -267,14 +262,12 @@ def watch(
         if not left:
             break
         segments |= mapped_segments(list(left))  # what they map now, before they go
-        # and their IPC folder, where the loop never saw them (a command killed in its first
-        # poll after starting one: its guard was still starting, or between two polls)
-        ipc_dirs |= {d for p in left.values() if (d := _ipc_dir_of(p))}
+        seen.update(left)  # the loop may never have seen them (killed in its first poll)
         if round_ == 0:
             _announce(parent, list(left.values()))
         terminate_then_kill(list(left.values()), grace_s)
     _unlink(segments)
-    for path in ipc_dirs:  # the command's exit handler never ran
+    for path in _ipc_folders(seen):  # the command's exit handler never ran
         shutil.rmtree(path, ignore_errors=True)
 
 
