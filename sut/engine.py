@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sut.reaper import IPC_PARENTS, IPC_PREFIX, ipc_prefix
+from sut.reaper import IPC_PARENTS, PID_MAX, ipc_prefix
 
 log = logging.getLogger(__name__)
 
@@ -465,9 +465,8 @@ def vllm_reason(exc: BaseException, limit: int = 400) -> str:
 # vLLM names an IPC socket BASE/<uuid4> (37 characters after BASE) and a Unix socket path holds
 # at most 107 bytes: BASE, our mkdtemp folder, may be at most 70 long.
 IPC_BASE_MAX = 70
-# the folder's name after its parent: the prefix, its maker's pid (7 digits at most: Linux's
-# largest pid_max), a dash and mkdtemp's 8 characters
-IPC_NAME_MAX = len(IPC_PREFIX) + 7 + 1 + 8
+# the folder's name after its parent: the prefix with its maker's pid, then mkdtemp's 8 characters
+IPC_NAME_MAX = len(ipc_prefix(PID_MAX)) + 8
 
 
 def ipc_parent(temp_dir: str | None = None) -> str | None:

@@ -23,6 +23,7 @@ log = logging.getLogger(__name__)
 IPC_PREFIX = "mlperf-vllm-ipc-"
 # where such a folder may be (sut.engine.ipc_parent picks one of these)
 IPC_PARENTS = ("/tmp", "/var/tmp", "/dev/shm")
+PID_MAX = 4194304  # Linux's largest pid_max: the longest pid in a folder's name
 
 
 def ipc_prefix(pid: int) -> str:

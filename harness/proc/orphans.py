@@ -176,14 +176,6 @@ def _outside(token: str, tree: set[int]) -> list[psutil.Process]:
     return [p for p in _marked(token) if p.pid not in tree]
 
 
-def _ipc_folders(pids: set[int]) -> set[str]:
-    """The IPC folders the command's processes `pids` made (their names carry the maker's pid).
-    A folder the command inherited (a child run of a command that started an engine, such as
-    calibrate's confirmation runs) has its maker's pid, and is in the guard's environment too."""
-    inherited = os.environ.get("VLLM_RPC_BASE_PATH", "")
-    return {d for d in ipc_folders_of(sorted(pids)) if d != inherited.rstrip("/")}
-
-
 def _unlink(segments: set[str]) -> None:
     for path in segments:
         with contextlib.suppress(OSError):
@@ -223,7 +215,9 @@ def watch(
     scanned = 0.0
     names_then: set[str] = set()
     unplaced = 0  # polls left to look for a new segment's maker outside the tree
-    seen = {parent}  # every process of the command: the makers of its IPC folders
+    # every process of the command: the makers of its IPC folders (a folder the command
+    # inherited, as calibrate's confirmation runs do, carries its maker's pid: an ancestor's)
+    seen = {parent}
     while os.getppid() == parent:
         try:
             for p in psutil.Process(parent).children(recursive=True):
@@ -267,7 +261,7 @@ def watch(
             _announce(parent, list(left.values()))
         terminate_then_kill(list(left.values()), grace_s)
     _unlink(segments)
-    for path in _ipc_folders(seen):  # the command's exit handler never ran
+    for path in ipc_folders_of(list(seen)):  # the command's exit handler never ran
         shutil.rmtree(path, ignore_errors=True)
 
 
