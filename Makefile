@@ -27,9 +27,8 @@ demo: $(STAMP)
 # minutes). `make test` in CI: everything, end-to-end tests included, in TEST_WORKERS pytest-xdist
 # workers; a module, and the modules that share one run, stay in one worker, and the longest
 # groups start first (tests/conftest.py orders them; xdist would order them by test count).
-# The groups that start engines start on two workers (one engine computing per core); the third
-# runs the unit tests beside them, then the groups still waiting. Both end with the slowest tests
-# and their times.
+# The groups that start engines run on two workers at most (one engine computing per core); the
+# third runs the unit tests beside them. Both end with the slowest tests and their times.
 TEST_WORKERS ?= 3
 CHECK_WORKERS ?= 2
 

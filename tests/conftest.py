@@ -20,9 +20,9 @@ would cost 7-30 s per start. test_offline_options_e2e's run compiles (`enforce_e
 With pytest-xdist (`make test` runs three workers), the tests of a module, and the modules that
 share a session run, go to one worker as one group (`xdist_group`), so that each run is still
 made once; groups start longest first, by the time budget each e2e module states in its
-docstring ("Time budget: N s"). The groups start on two workers (`ENGINE_WORKERS`, one engine
-computing per core); a third runs the unit tests beside them, in the seconds an engine group
-waits on a timed phase, then takes the groups still waiting (`EnginesFirstOnTwoWorkers`).
+docstring ("Time budget: N s"). The groups run on two workers at most (`ENGINE_WORKERS`, one
+engine computing per core); a third runs the unit tests beside them, in the seconds an engine
+group waits on a timed phase (`EnginesOnTwoWorkers`).
 """
 
 from __future__ import annotations
@@ -442,11 +442,11 @@ def host_latency_only(out: Path) -> str:
 
 # --- pytest-xdist: groups and order ---------------------------------------------------------
 
-# Engine groups start on the workers gw0 .. gw{ENGINE_WORKERS - 1}: each computes on a core of its
-# own (pytest_configure). A worker beyond them takes the unit tests first (no engine start), which
-# run while the engine groups wait on their timed phases (a Server test at a few QPS keeps ~0.15
-# of a core busy), then the groups still waiting; the engine workers help with the unit tests
-# once no group is left.
+# Engine groups run on the workers gw0 .. gw{ENGINE_WORKERS - 1} only: each computes on a core of
+# its own (pytest_configure), and a Server run's latencies are measured beside one other engine
+# at most. A worker beyond them takes only the unit tests (no engine start), which then run while
+# the engine groups wait on their timed phases (a Server test at a few QPS keeps ~0.15 of a core
+# busy); the engine workers help with the unit tests once no group is left.
 ENGINE_WORKERS = 2
 
 
@@ -455,22 +455,26 @@ def pytest_xdist_make_scheduler(config, log):
         return None  # xdist's own scheduler for the mode asked
     from xdist.scheduler import LoadGroupScheduling
 
-    class EnginesFirstOnTwoWorkers(LoadGroupScheduling):
-        """xdist's `loadgroup`, but an engine worker takes the groups (their tests' ids end in
-        `@group`) first, and any other worker the unit tests first."""
+    class EnginesOnTwoWorkers(LoadGroupScheduling):
+        """xdist's `loadgroup`, but a group (its tests' ids end in `@group`) goes only to an
+        engine worker, and an engine worker takes a unit test only when no group is left."""
 
         def _assign_work_unit(self, node) -> None:
             engine_worker = int(node.gateway.id.removeprefix("gw")) < ENGINE_WORKERS
             scope = next(
                 (s for s, unit in self.workqueue.items() if _is_group(unit) == engine_worker),
-                next(iter(self.workqueue)),
+                None,
             )
+            if scope is None:
+                if not engine_worker:
+                    return  # idle until the end rather than start an engine group
+                scope = next(iter(self.workqueue))
             unit = self.workqueue.pop(scope)
             self.assigned_work.setdefault(node, {})[scope] = unit
             collection = self.registered_collections[node]
             node.send_runtest_some([collection.index(i) for i, done in unit.items() if not done])
 
-    return EnginesFirstOnTwoWorkers(config, log)
+    return EnginesOnTwoWorkers(config, log)
 
 
 def _is_group(unit: dict[str, bool]) -> bool:
