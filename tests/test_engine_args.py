@@ -278,17 +278,17 @@ def test_ipc_folder_leaves_a_deep_temp_dir_for_a_short_one():
     """vLLM's IPC socket paths (FOLDER/<uuid4>) must stay under 107 bytes: a deep TMPDIR would
     make every engine start fail, so the private IPC folder goes to a short temp folder."""
     from sut.engine import IPC_BASE_MAX, ipc_parent
-    from sut.reaper import ipc_prefix
+    from sut.reaper import PID_MAX, ipc_prefix
 
     assert ipc_parent("/tmp") is None  # short: the temp dir itself
     deep = "/home/runner/work/project/project/.tox/py311/tmp/pytest-of-runner/pytest-12"
     parent = ipc_parent(deep)
-    longest = f"{parent}/{ipc_prefix(4194304)}abcdefgh"  # the largest pid Linux hands out
+    longest = f"{parent}/{ipc_prefix(PID_MAX)}abcdefgh"  # the largest pid Linux hands out
     assert parent is not None and len(longest) <= IPC_BASE_MAX
     assert len(f"{longest}/{'x' * 36}") <= 107
     # the longest temp dir kept: its folder fits as well
-    kept = "/" + "t" * (IPC_BASE_MAX - len(ipc_prefix(4194304)) - 8 - 2)
-    assert ipc_parent(kept) is None and len(f"{kept}/{ipc_prefix(4194304)}abcdefgh") <= 70
+    kept = "/" + "t" * (IPC_BASE_MAX - len(ipc_prefix(PID_MAX)) - 8 - 2)
+    assert ipc_parent(kept) is None and len(f"{kept}/{ipc_prefix(PID_MAX)}abcdefgh") <= 70
     assert ipc_parent(kept + "t") is not None
 
 

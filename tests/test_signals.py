@@ -15,6 +15,7 @@ import psutil
 import pytest
 
 from harness.proc.children import EXIT_TIMEOUT, run_child
+from sut.reaper import IPC_PREFIX
 from tests.conftest import REPO
 from tests.procs import alive, default_sigint, wait_for
 
@@ -444,7 +445,7 @@ def _kill_guarded(tmp_path, folder: str, settle_s: float) -> str:
     env = {k: v for k, v in os.environ.items() if k != "VLLM_RPC_BASE_PATH"}
     env["TMPDIR"] = str(tmp_path)
     if folder == "inherited":
-        env["VLLM_RPC_BASE_PATH"] = str(tmp_path / "mlperf-vllm-ipc-maker")
+        env["VLLM_RPC_BASE_PATH"] = str(tmp_path / f"{IPC_PREFIX}maker")
         os.mkdir(env["VLLM_RPC_BASE_PATH"])
     proc = _command(IPC_GUARDED, folder, str(tmp_path), env=env)
     try:
