@@ -28,8 +28,9 @@ demo: $(STAMP)
 # workers; a module, and the modules that share one run, stay in one worker, and the longest
 # groups start first (tests/conftest.py orders them; xdist would order them by test count).
 # The groups that start engines run on two workers at most (one engine computing per core); the
-# third runs the unit tests beside them. Both end with the slowest tests and their times.
-TEST_WORKERS ?= 3
+# third runs the unit tests beside them; the fourth, a spare at idle priority, the groups marked
+# `untimed` on the CPU time the others leave. Both end with the slowest tests and their times.
+TEST_WORKERS ?= 4
 CHECK_WORKERS ?= 2
 
 test: $(STAMP)

@@ -67,6 +67,23 @@ def pytest_configure(config):
         # it passes its own (test_parallel_e2e).
         cores = sorted(os.sched_getaffinity(0))
         os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", str(cores[int(worker[2:]) % len(cores)]))
+        if worker_role(worker) == "spare":
+            at_idle_priority()
+
+
+def at_idle_priority() -> None:
+    """This process, and every process and thread it starts, runs only on CPU time that nothing
+    else wants (a spare worker's untimed groups, see ENGINE_WORKERS): the Linux SCHED_IDLE
+    policy, in a session of its own whose autogroup is at nice 19. The policy alone yields only
+    to the processes of its own autogroup: a Ray node or a sweep's child runs in a session of its
+    own, and beside those a SCHED_IDLE loop took a full share of a core (measured here). Each
+    step is skipped where the system refuses it (another OS, no autogroups)."""
+    with contextlib.suppress(OSError):
+        os.setsid()
+    with contextlib.suppress(OSError):
+        Path("/proc/self/autogroup").write_text("19")
+    with contextlib.suppress(OSError, AttributeError):
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
 
 
 # --- nothing left behind ---------------------------------------------------------------------
@@ -442,12 +459,24 @@ def host_latency_only(out: Path) -> str:
 
 # --- pytest-xdist: groups and order ---------------------------------------------------------
 
-# Engine groups run on the workers gw0 .. gw{ENGINE_WORKERS - 1} only: each computes on a core of
-# its own (pytest_configure), and a Server run's latencies are measured beside one other engine
-# at most. A worker beyond them takes only the unit tests (no engine start), which then run while
-# the engine groups wait on their timed phases (a Server test at a few QPS keeps ~0.15 of a core
-# busy); the engine workers help with the unit tests once no group is left.
+# Three kinds of worker. gw0 .. gw{ENGINE_WORKERS - 1} run the engine groups: each computes on a
+# core of its own (pytest_configure), and a Server run's latencies are measured beside one other
+# engine at most. The next worker takes only the unit tests (no engine start), which then run
+# while the engine groups wait on their timed phases (a Server test at a few QPS keeps ~0.15 of
+# a core busy). Any worker beyond it is a spare: it takes only the groups whose every test is
+# marked `untimed` (nothing asserted depends on how fast it runs, no timeout it could come near
+# when slowed many times), and runs them at idle priority (at_idle_priority), on the CPU time
+# the others leave. An engine worker takes an untimed group once no other group is left, and a
+# unit test once no group is left.
 ENGINE_WORKERS = 2
+
+
+def worker_role(worker: str) -> str:
+    """The role of an xdist worker ("gw0", ...): "engine", "unit" or "spare"."""
+    index = int(worker.removeprefix("gw"))
+    if index < ENGINE_WORKERS:
+        return "engine"
+    return "unit" if index == ENGINE_WORKERS else "spare"
 
 
 def pytest_xdist_make_scheduler(config, log):
@@ -455,26 +484,51 @@ def pytest_xdist_make_scheduler(config, log):
         return None  # xdist's own scheduler for the mode asked
     from xdist.scheduler import LoadGroupScheduling
 
-    class EnginesOnTwoWorkers(LoadGroupScheduling):
-        """xdist's `loadgroup`, but a group (its tests' ids end in `@group`) goes only to an
-        engine worker, and an engine worker takes a unit test only when no group is left."""
+    class EnginesUnitsAndSpares(LoadGroupScheduling):
+        """xdist's `loadgroup`, with each unit of work sent to the kind of worker it is for
+        (ENGINE_WORKERS): an engine worker takes groups (the timed first), the unit worker unit
+        tests, a spare the untimed groups. An untimed group waits for whichever of a spare and
+        an engine worker is free first: queued behind a busy worker's group, it would wait for
+        that group to end."""
 
         def _assign_work_unit(self, node) -> None:
-            engine_worker = int(node.gateway.id.removeprefix("gw")) < ENGINE_WORKERS
+            role = worker_role(node.gateway.id)
+            # A worker holds its last test back until it has the next unit or shuts down: one
+            # pending test is a free worker. A busy one takes only what it alone may run.
+            free = self._pending_of(self.assigned_work.get(node, {})) <= 1
+            kinds = {
+                "engine": ("timed", "untimed", "unit") if free else ("timed",),
+                "unit": ("unit",),
+                "spare": ("untimed",) if free else (),
+            }[role]
             scope = next(
-                (s for s, unit in self.workqueue.items() if _is_group(unit) == engine_worker),
+                (
+                    s
+                    for kind in kinds
+                    for s, unit in self.workqueue.items()
+                    if _kind(s, unit) == kind
+                ),
                 None,
             )
             if scope is None:
-                if not engine_worker:
-                    return  # idle until the end rather than start an engine group
-                scope = next(iter(self.workqueue))
+                return  # nothing of its kind is left: idle until the end
             unit = self.workqueue.pop(scope)
             self.assigned_work.setdefault(node, {})[scope] = unit
             collection = self.registered_collections[node]
             node.send_runtest_some([collection.index(i) for i, done in unit.items() if not done])
 
-    return EnginesOnTwoWorkers(config, log)
+    return EnginesUnitsAndSpares(config, log)
+
+
+def _kind(scope: str, unit: dict[str, bool]) -> str:
+    """A work unit's kind: "unit" tests, or a group, "untimed" when its name says so (the
+    controller sees test ids, not marks: pytest_collection_modifyitems names such groups)."""
+    if not _is_group(unit):
+        return "unit"
+    return "untimed" if scope.endswith(UNTIMED_GROUP) else "timed"
+
+
+UNTIMED_GROUP = "-untimed"  # the end of an untimed group's name
 
 
 def _is_group(unit: dict[str, bool]) -> bool:
@@ -515,10 +569,12 @@ def pytest_collection_modifyitems(config, items):
     for name, module in modules.items():
         group = find(name)
         budget[group] = budget.get(group, 0) + module_budget_s(module)
+    timed = {find(item.module.__name__) for item in e2e if not item.get_closest_marker("untimed")}
     group_of = {}
     for item in e2e:
         group_of[id(item)] = group = find(item.module.__name__)
-        item.add_marker(pytest.mark.xdist_group(group))
+        name = group if group in timed else group + UNTIMED_GROUP
+        item.add_marker(pytest.mark.xdist_group(name))
     position = {id(item): n for n, item in enumerate(items)}
 
     def order(item) -> tuple:

@@ -15,7 +15,7 @@ import pytest
 
 from tests.conftest import cli
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.untimed]
 
 
 def test_demo_runs_end_to_end_and_logs_to_the_embedded_store(tmp_path):

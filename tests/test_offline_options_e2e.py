@@ -37,6 +37,7 @@ def test_offline_order_sorts_issued_samples_by_prompt_length():
 
 
 @pytest.mark.e2e
+@pytest.mark.untimed
 def test_longest_first_warm_up_and_cost(tiny_model, tiny_dataset, tmp_path):
     out = tmp_path / "run"
     proc = cli(

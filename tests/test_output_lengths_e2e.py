@@ -22,7 +22,7 @@ import pytest
 
 from tests.conftest import CliRun, cli, run_args
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.untimed]
 
 MAX_TOKENS = 24
 CYCLE = [2, 3, 7, 24, 13, 2, 5, 19]

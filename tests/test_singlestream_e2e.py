@@ -15,7 +15,7 @@ import pytest
 
 from tests.conftest import SMOKE, cli, run_args
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.untimed]
 
 
 def test_singlestream_edge_run_is_valid_one_query_at_a_time(tiny_model, tiny_dataset, tmp_path):

@@ -19,7 +19,7 @@ import pytest
 
 from tests.conftest import REPO, cli, run_args
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.untimed]
 
 SAMPLES = 8
 EOS = 2  # <|im_end|>

@@ -70,13 +70,76 @@ def test_groups_run_on_two_workers_and_the_third_runs_unit_tests_beside_them(tmp
         assert len(where) == 1, (name, ran)
 
 
+# A test that writes down its worker, scheduling policy and autogroup nice (Linux), then waits
+# until the tests named in `until` have started (60 s at most).
+WHERE = """
+def test_{name}():
+    import os, pathlib
+    policy = os.sched_getscheduler(0)
+    try:
+        nice = pathlib.Path("/proc/self/autogroup").read_text().split()[-1]
+    except OSError:
+        nice = "-"
+    out = pathlib.Path(os.environ["WHERE_OUT"])
+    (out / "{name}").write_text(f"{{os.environ['PYTEST_XDIST_WORKER']}} {{policy}} {{nice}}")
+    deadline = time.monotonic() + 60
+    while not all((out / n).exists() for n in {until!r}) and time.monotonic() < deadline:
+        time.sleep(0.05)
+"""
+
+
+def test_untimed_groups_run_on_the_spare_worker_at_idle_priority(tmp_path):
+    """Under `-n 4` (make test) the timed groups run on gw0 and gw1 at the usual priority, the
+    unit tests on gw2, and the untimed groups on gw3, one after the other, under SCHED_IDLE and
+    in an autogroup of its own at nice 19. Each timed group's first test waits until the spare
+    has started both untimed groups, so gw0 and gw1 stay busy and cannot take the second: the
+    spare takes it while on the last test of the first (a worker runs its last test only once it has the
+    next unit or is told to stop)."""
+    _copy_conftest(tmp_path)
+    out = tmp_path / "where"
+    out.mkdir()
+    head = "import time\nimport pytest\n\n"
+    spare_started = ("dx", "dy", "ex")  # ey, its last test, waits for the end of the session
+    for name in "abc":
+        body = head + "pytestmark = pytest.mark.e2e\n"
+        body += WHERE.format(name=f"{name}x", until=spare_started)
+        body += WHERE.format(name=f"{name}y", until=())
+        (tmp_path / f"test_group_{name}.py").write_text(body)
+    for name in "de":
+        body = head + "pytestmark = [pytest.mark.e2e, pytest.mark.untimed]\n"
+        body += "".join(WHERE.format(name=f"{name}{n}", until=()) for n in "xy")
+        (tmp_path / f"test_group_{name}.py").write_text(body)
+    units = "".join(WHERE.format(name=f"unit{n}", until=()) for n in range(10))
+    (tmp_path / "test_units.py").write_text(head + units)
+    env = {**os.environ, "WHERE_OUT": str(out)}
+    proc = _nested_pytest(tmp_path, 4, "--no-loadscope-reorder", env=env, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    ran = {p.name: p.read_text().split() for p in out.iterdir()}
+    assert len(ran) == 20, sorted(ran)
+    assert {ran[t][0] for t in ("dx", "dy", "ex", "ey")} == {"gw3"}, ran
+    for test, (worker, policy, nice) in ran.items():
+        if worker == "gw3":
+            assert test[0] in "de", ran  # untimed groups only
+            assert int(policy) == os.SCHED_IDLE and nice in ("19", "-"), (test, ran[test])
+        else:
+            assert int(policy) == os.SCHED_OTHER and nice != "19", (test, ran[test])
+        if test[0] in "abc":
+            assert worker in ("gw0", "gw1"), ran
+        if test.startswith("unit"):
+            assert worker != "gw3", ran
+    for name in "abc":  # each group whole on one worker
+        assert ran[f"{name}x"][0] == ran[f"{name}y"][0], ran
+
+
 def _copy_conftest(where: Path) -> None:
     for name in ("conftest.py", "leftovers.py"):  # the guard's watcher beside it
         shutil.copy(TESTS / name, where / name)
-    (where / "pytest.ini").write_text("[pytest]\nmarkers =\n    e2e: x\n    mlflow: x\n")
+    (where / "pytest.ini").write_text(
+        "[pytest]\nmarkers =\n    e2e: x\n    mlflow: x\n    untimed: x\n"
+    )
 
 
-def _nested_pytest(where: Path, workers: int, *extra: str, env=None):
+def _nested_pytest(where: Path, workers: int, *extra: str, env=None, timeout: float = 120):
     """pytest over `where` (this suite's conftest copied beside its tests), `workers` xdist
     workers under `--dist loadgroup`, as make test runs them."""
     return subprocess.run(
@@ -84,7 +147,7 @@ def _nested_pytest(where: Path, workers: int, *extra: str, env=None):
         + ["-p", "no:cacheprovider", *extra, str(where)],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=timeout,
         cwd=where,
         env=env,
     )
