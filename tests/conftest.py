@@ -17,12 +17,13 @@ A new test that only reads such a run's files takes the fixture rather than star
 Engines run in eager mode, our default without a GPU (sut.engine.CPU_DEFAULTS): torch.compile
 would cost 7-30 s per start. test_offline_options_e2e's run compiles (`enforce_eager=false`).
 
-With pytest-xdist (`make test` runs three workers), the tests of a module, and the modules that
+With pytest-xdist (`make test` runs four workers), the tests of a module, and the modules that
 share a session run, go to one worker as one group (`xdist_group`), so that each run is still
 made once; groups start longest first, by the time budget each e2e module states in its
-docstring ("Time budget: N s"). The groups run on two workers at most (`ENGINE_WORKERS`, one
-engine computing per core); a third runs the unit tests beside them, in the seconds an engine
-group waits on a timed phase (`EnginesOnTwoWorkers`).
+docstring ("Time budget: N s"). The groups run on two workers (`ENGINE_WORKERS`, one engine
+computing per core); a third runs the unit tests beside them, in the seconds an engine group
+waits on a timed phase; a fourth, at idle priority, the groups marked `untimed`
+(`EnginesUnitsAndSpares`).
 """
 
 from __future__ import annotations
