@@ -93,8 +93,8 @@ def test_untimed_groups_run_on_the_spare_worker_at_idle_priority(tmp_path):
     unit tests on gw2, and the untimed groups on gw3, one after the other, under SCHED_IDLE and
     in an autogroup of its own at nice 19. Each timed group's first test waits until the spare
     has started both untimed groups, so gw0 and gw1 stay busy and cannot take the second: the
-    spare takes it while on the last test of the first (a worker runs its last test only once it has the
-    next unit or is told to stop)."""
+    spare takes it while on the last test of the first (a worker runs its last test only once
+    it has the next unit or is told to stop)."""
     _copy_conftest(tmp_path)
     out = tmp_path / "where"
     out.mkdir()
