@@ -23,13 +23,11 @@ MAX_TOKENS = 12
 def main(model: str, out: str, policies: list[str]) -> None:
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     from vllm import SamplingParams
-    from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.inputs import TokensPrompt
     from vllm.sampling_params import RequestOutputKind
-    from vllm.v1.engine.async_llm import AsyncLLM
     from vllm.v1.metrics.loggers import StatLoggerBase
 
-    from sut.engine import CPU_DEFAULTS
+    from sut.engine import create_async_engine, make_engine_config
     from sut.scheduling import PrefillPolicy, write_control
 
     steps: list[tuple[int, int, int]] = []  # (iteration index, context tokens, generation tokens)
@@ -48,16 +46,16 @@ def main(model: str, out: str, policies: list[str]) -> None:
 
     control = Path(tempfile.mkdtemp(prefix="policy-")) / "policy.json"
     write_control(control, PrefillPolicy.parse(policies[0]))
-    kwargs = {
-        **CPU_DEFAULTS,
-        "model": model,
+    overrides = {
         "max_num_seqs": 32,
         "max_num_batched_tokens": 512,
-        "enable_prefix_caching": False,
         "enable_logging_iteration_details": True,
         **PrefillPolicy(control_file=str(control)).engine_kwargs(),
     }
-    engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs), stat_loggers=[IterationRecorder])
+    # the engine as a run builds it: our defaults and layout (on the CPU, its engine core forked
+    # with the worker inside it), so the scheduler is read back where runs use it
+    config = make_engine_config(model, overrides)
+    engine = create_async_engine(config, stat_loggers=[IterationRecorder])
     params = SamplingParams(
         temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True, output_kind=RequestOutputKind.DELTA
     )

@@ -8,7 +8,7 @@ then a cap of 64 prefill tokens per step, a cadence of one prefill step in two, 
 (every prompt of the burst is older than that, so prefill may not wait for the cadence). Every
 phase completes every request with its full output.
 
-Time budget: 70 s.
+Time budget: 45 s.
 """
 
 from __future__ import annotations
