@@ -240,6 +240,23 @@ def test_sweep_parent_and_children(sqlite_cfg):
     assert tracking.resolve_tracking(None, environ=env).parent_run_id == parent.run_id
 
 
+def test_a_sqlite_store_elsewhere_keeps_the_artifacts_beside_it(tmp_path, monkeypatch):
+    """MLflow would put a new experiment's artifacts under `./mlruns` of the working directory;
+    they go beside the database instead, and the working directory stays as it was."""
+    cwd, store, out = tmp_path / "cwd", tmp_path / "store", tmp_path / "out"
+    for folder in (cwd, store, out):
+        folder.mkdir()
+    monkeypatch.chdir(cwd)
+    cfg = tracking.TrackingConfig(f"sqlite:///{store}/mlflow.db", experiment="a b/c")
+    tracking.check_reachable(cfg)
+    with tracking.tracked_run(cfg, "run", output_dir=out) as run:
+        (out / "result.json").write_text(json.dumps({"status": "completed"}))
+    exp = _client(cfg).get_experiment_by_name("a b/c")
+    assert exp.artifact_location == str(store / "mlruns" / "a_b_c")
+    assert (store / "mlruns" / "a_b_c" / run.run_id / "artifacts" / "result.json").is_file()
+    assert list(cwd.iterdir()) == []
+
+
 def test_disabled_tracking_logs_nothing_but_keeps_environment(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "out"

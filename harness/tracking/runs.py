@@ -243,7 +243,7 @@ def tracked_run(
         return
 
     client = _client(cfg)
-    experiment_id = _experiment_id(client, cfg.experiment)
+    experiment_id = _experiment_id(client, cfg)
     run_tags = {
         sanitize_key(k): _text(v, MAX_TAG_CHARS)
         for k, v in {**environment_tags(env), **(tags or {})}.items()
@@ -381,7 +381,7 @@ def relog(
         )
     check_reachable(cfg)
     client = _client(cfg)
-    experiment_id = _experiment_id(client, cfg.experiment)
+    experiment_id = _experiment_id(client, cfg)
     tags = {
         "mlflow.source.name": "mlperf-vllm log-run",
         "mlflow.source.type": "LOCAL",

@@ -126,7 +126,7 @@ def check_reachable(cfg: TrackingConfig, timeout_s: float = 5.0) -> str | None:
                     f"writable: {_fix(cfg)}"
                 )
     try:
-        return _experiment_id(_client(cfg), cfg.experiment)
+        return _experiment_id(_client(cfg), cfg)
     except Exception as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise UsageError(
@@ -134,14 +134,31 @@ def check_reachable(cfg: TrackingConfig, timeout_s: float = 5.0) -> str | None:
         ) from None
 
 
-def _experiment_id(client: Any, name: str) -> str:
+def artifact_location(cfg: TrackingConfig) -> str | None:
+    """Where a new experiment of a SQLite store keeps its runs' artifacts: beside the database
+    file, in `mlruns/<experiment>` (None, the server's or MLflow's choice, for any other store).
+    MLflow's own default for a SQLite store is `./mlruns` under the working directory of the
+    process that creates the experiment: a run with `--mlflow-uri sqlite:////data/mlflow.db`
+    started from a home folder copied its logs into that folder. For the embedded default (the
+    database in the working directory) that is the same `mlruns` folder as MLflow's."""
+    if not cfg.uri.startswith("sqlite:///"):
+        return None
+    db = Path(cfg.uri[len("sqlite:///") :])
+    if str(db) in ("", ":memory:"):
+        return None
+    folder = re.sub(r"[^A-Za-z0-9_.-]", "_", cfg.experiment).strip(".") or "experiment"
+    return str(db.resolve().parent / "mlruns" / folder)
+
+
+def _experiment_id(client: Any, cfg: TrackingConfig) -> str:
+    name = cfg.experiment
     exp = client.get_experiment_by_name(name)
     if exp is not None:
         if exp.lifecycle_stage == "deleted":
             client.restore_experiment(exp.experiment_id)
         return exp.experiment_id
     try:
-        return client.create_experiment(name)
+        return client.create_experiment(name, artifact_location=artifact_location(cfg))
     except Exception:  # created concurrently by another process
         exp = client.get_experiment_by_name(name)
         if exp is None:
