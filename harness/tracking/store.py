@@ -117,8 +117,8 @@ def check_reachable(cfg: TrackingConfig, timeout_s: float = 5.0) -> str | None:
                 f"MLflow tracking server {cfg.uri} is not reachable ({reason}): {_fix(cfg)}"
             ) from None
     elif parsed.scheme == "sqlite":
-        db = Path(cfg.uri[len("sqlite:///") :]) if cfg.uri.startswith("sqlite:///") else None
-        if db is not None and str(db) not in ("", ":memory:"):
+        db = sqlite_file(cfg)
+        if db is not None:
             folder = db.parent if db.parent != Path("") else Path(".")
             if not folder.is_dir() or not os.access(folder, os.W_OK):
                 raise UsageError(
@@ -134,6 +134,14 @@ def check_reachable(cfg: TrackingConfig, timeout_s: float = 5.0) -> str | None:
         ) from None
 
 
+def sqlite_file(cfg: TrackingConfig) -> Path | None:
+    """The database file of a SQLite store (`sqlite:///PATH`), None for any other store."""
+    if not cfg.uri.startswith("sqlite:///"):
+        return None
+    db = Path(cfg.uri[len("sqlite:///") :])
+    return None if str(db) in ("", ":memory:") else db
+
+
 def artifact_location(cfg: TrackingConfig) -> str | None:
     """Where a new experiment of a SQLite store keeps its runs' artifacts: beside the database
     file, in `mlruns/<experiment>` (None, the server's or MLflow's choice, for any other store).
@@ -141,10 +149,8 @@ def artifact_location(cfg: TrackingConfig) -> str | None:
     process that creates the experiment: a run with `--mlflow-uri sqlite:////data/mlflow.db`
     started from a home folder copied its logs into that folder. For the embedded default (the
     database in the working directory) that is the same `mlruns` folder as MLflow's."""
-    if not cfg.uri.startswith("sqlite:///"):
-        return None
-    db = Path(cfg.uri[len("sqlite:///") :])
-    if str(db) in ("", ":memory:"):
+    db = sqlite_file(cfg)
+    if db is None:
         return None
     folder = re.sub(r"[^A-Za-z0-9_.-]", "_", cfg.experiment).strip(".") or "experiment"
     return str(db.resolve().parent / "mlruns" / folder)
