@@ -394,7 +394,8 @@ def offline_smoke_run(tiny_model, tiny_dataset, mlflow_server_uri, tmp_path_fact
 
 SERVER_MAX_TOKENS = "32"  # the tiny model rarely emits EOS: cap outputs so runs stay short
 
-# After main() returns, list what is still alive in the process: our threads, child processes.
+# After main() returns, list what is still alive in the process: our threads, child processes;
+# and which of the packages no engine uses (sut.engine.UNUSED_BY_ENGINES) the run imported.
 LEFTOVER_PROBE = """
 import json, sys, threading
 import psutil
@@ -403,7 +404,10 @@ rc = main(sys.argv[1:])
 threads = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
 kids = [" ".join(p.cmdline()) for p in psutil.Process().children(recursive=True)
         if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
-print("LEFTOVER " + json.dumps({"threads": threads, "children": kids}), flush=True)
+from sut.engine import UNUSED_BY_ENGINES
+unused = [name for name in UNUSED_BY_ENGINES if sys.modules.get(name) is not None]
+left = {"threads": threads, "children": kids, "unused_imported": unused}
+print("LEFTOVER " + json.dumps(left), flush=True)
 sys.exit(rc)
 """
 

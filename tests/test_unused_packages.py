@@ -1,0 +1,66 @@
+"""sut.engine.hide_unused_packages: scikit-learn and SciPy reported missing to a process before
+transformers is imported, so that vLLM's import does not pay for them; never once transformers
+is in, never over a package already imported. Each case in a fresh interpreter (the suite's own
+has imported them). That a whole run works without them: test_server_e2e's run reports none of
+them imported."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO
+
+CASES = {
+    # transformers itself asked, as its optional imports ask
+    "fresh": "",
+    # a package the process imported before stays what it is
+    "scipy imported before": "import scipy",
+    # transformers may have found them already: nothing is hidden then
+    "transformers imported before": "sys.modules['transformers'] = types.ModuleType('transformers')",
+}
+
+SCRIPT = """
+import importlib.util, json, sys, types
+{before}
+from sut.engine import UNUSED_BY_ENGINES, hide_unused_packages
+hide_unused_packages()
+report = {{"found": {{n: importlib.util.find_spec(n) is not None for n in UNUSED_BY_ENGINES}}}}
+try:
+    import sklearn
+    report["import"] = "ok"
+except ImportError as e:
+    report["import"] = type(e).__name__
+if "transformers" not in sys.modules:
+    from transformers.utils import is_scipy_available, is_sklearn_available
+    report["asked"] = [is_sklearn_available(), is_scipy_available()]
+print(json.dumps(report))
+"""
+
+
+@pytest.mark.parametrize("case", CASES, ids=list(CASES))
+def test_hidden_only_before_transformers_and_never_over_an_import(case):
+    proc = subprocess.run(
+        [sys.executable, "-c", SCRIPT.format(before=CASES[case])],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    if case == "fresh":
+        assert report == {
+            "found": {"sklearn": False, "scipy": False},
+            "import": "ModuleNotFoundError",
+            "asked": [False, False],
+        }, report
+    elif case == "scipy imported before":
+        assert report["found"] == {"sklearn": False, "scipy": True}, report
+        assert report["asked"] == [False, True], report
+    else:
+        assert report["found"] == {"sklearn": True, "scipy": True}, report
+        assert report["import"] == "ok", report
