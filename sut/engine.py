@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sut.imports import hide_unused_packages
 from sut.reaper import IPC_PARENTS, PID_MAX, ipc_prefix
 
 log = logging.getLogger(__name__)
@@ -92,30 +93,10 @@ def _unfreeze_at_exit() -> None:
     atexit.register(gc.unfreeze)
 
 
-# Packages transformers imports whenever they are installed, for what no engine here runs:
-# scikit-learn (assisted generation's candidate generator) and SciPy (image processors, detection
-# losses); vLLM needs neither (its audio resampling falls back without SciPy). MLflow's server
-# requires both installed, so every process that imported vLLM paid for them: a Server run's
-# vLLM imports took 9.04 CPU-s with them, 7.75 without (bench/unused_imports.py).
-UNUSED_BY_ENGINES = ("sklearn", "scipy")
-
-
-def hide_unused_packages() -> None:
-    """Before transformers is first imported: the packages of UNUSED_BY_ENGINES reported missing
-    to this process (`sys.modules[name] = None`: importlib's `find_spec` returns None, and an
-    import of them raises ImportError, which transformers never meets as it asks first). Nothing
-    is hidden once transformers is imported (it may have found them already), nor a package this
-    process already imported."""
-    if "transformers" in sys.modules:
-        return
-    for name in UNUSED_BY_ENGINES:
-        sys.modules.setdefault(name, None)  # type: ignore[arg-type]
-
-
 def import_vllm() -> None:
     """vLLM's engine arguments (and with them torch, transformers and vLLM) imported, once, under
-    `collector_paused`, without the packages no engine uses (`hide_unused_packages`): every
-    function here that reaches into vLLM calls it first."""
+    `collector_paused`, without the packages nothing here uses (sut.imports): every function
+    here that reaches into vLLM calls it first."""
     if "vllm.engine.arg_utils" in sys.modules:
         return
     hide_unused_packages()

@@ -29,10 +29,10 @@ import sys
 from typing import Any
 
 from sut.engine import describe_error as describe
-from sut.engine import hide_unused_packages
+from sut.imports import hide_unused_packages
 
 # A spawned worker imports this module (its entry's) before it unpickles its spec, whose
-# sampling parameters import vLLM: the packages no engine uses are hidden from it first.
+# sampling parameters import vLLM: the packages nothing here uses are hidden from it first.
 hide_unused_packages()
 
 FIRST = 0

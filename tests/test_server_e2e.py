@@ -228,8 +228,8 @@ def test_server_run_leaves_no_thread_or_process(server_run):
     assert [c for c in left["children"] if "resource_tracker" not in c] == [], left
     assert not [t for t in left["threads"] if "server-sut" in t or "loadgen" in t], left
     assert left["threads"] == [], left
-    # A whole Server run (performance, accuracy, TEST06) never needed what transformers would
-    # have imported for nothing (sut.engine.hide_unused_packages).
+    # A whole Server run (performance, accuracy, TEST06) never needed what transformers and
+    # NLTK would have imported for nothing (sut.imports).
     assert left["unused_imported"] == [], left
     # vLLM's ZMQ IPC socket files went into a private folder, removed at exit: nothing of
     # the kind is left in the run's temp folder.

@@ -111,6 +111,9 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     if note is not None:
         print(note, flush=True)
+    from sut.imports import hide_unused_packages
+
+    hide_unused_packages()  # before any command imports transformers, NLTK or vLLM
     if not getattr(args, "verbose", False):  # vLLM's import-time lines to the run's engine.log
         from harness.run.record.engine_log import hold_vllm_import_lines
 
