@@ -11,7 +11,8 @@ SciPy), and both libraries ask before they import (a missing package turns the f
 Hidden by `sys.modules[name] = None`: importlib's `find_spec` then answers None and an import
 raises ImportError. Each command's process hides them first (harness.cli), and so does every
 path into vLLM (sut.engine.import_vllm) and a spawned front-end worker (sut.engine_worker), for
-processes that are not a command's.
+processes that are not a command's. A host process that calls the CLI's `main()` or builds an
+engine in-process and needs them imports them first: a package already imported is kept.
 """
 
 from __future__ import annotations
