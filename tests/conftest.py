@@ -243,6 +243,20 @@ def cli(
     )
 
 
+def fresh_report(script: str, *args: str, timeout: float = 120) -> dict:
+    """`script` run in a fresh interpreter in the checkout (for what a test's own process has
+    already imported or set); what it printed last, read as JSON."""
+    proc = subprocess.run(
+        [sys.executable, "-c", script, *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def checked(proc: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
     assert proc.returncode == 0, (
         f"rc={proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"

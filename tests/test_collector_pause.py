@@ -5,11 +5,7 @@ modules of its own standing for vLLM's."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
-from tests.conftest import REPO
+from tests.conftest import fresh_report
 
 SCRIPT = r"""
 import atexit, gc, json, os, sys
@@ -60,15 +56,7 @@ report["on_in_a_forked_child"] = os.read(r, 1) == b"1"
 
 
 def test_the_pause_freezes_what_an_import_made_and_always_turns_the_collector_back_on(tmp_path):
-    proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT, str(tmp_path)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    report = fresh_report(SCRIPT, str(tmp_path), timeout=60)
     assert report["off_inside"] and report["on_after_import"], report
     assert report["frozen_after_import"] > 50000, report  # the module's table among them
     assert report["frozen_after_no_import"] == report["frozen_after_import"], report

@@ -6,13 +6,9 @@ accuracy scored with NLTK, TEST06) reports none of them imported."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import fresh_report
 
 CASES = {
     # transformers itself asked, as its optional imports ask
@@ -46,15 +42,7 @@ print(json.dumps(report))
 
 @pytest.mark.parametrize("case", CASES, ids=list(CASES))
 def test_hidden_only_before_transformers_and_never_over_an_import(case):
-    proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT.format(before=CASES[case])],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    report = fresh_report(SCRIPT.format(before=CASES[case]))
     if case == "fresh":
         assert report == {
             "found": {"sklearn": False, "scipy": False},
