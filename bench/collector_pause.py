@@ -35,17 +35,19 @@ SIDES = {
 }
 
 
-def cpu_of(code: str) -> float:
+def cpu_of(code: str) -> tuple[float, str]:
+    """The CPU seconds (user + system) of a fresh interpreter running `code` in the checkout,
+    and what it printed."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    subprocess.run(
+    proc = subprocess.run(
         [sys.executable, "-c", code],
         cwd=REPO,
         check=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
     )
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), proc.stdout
 
 
 def main() -> None:
@@ -56,7 +58,7 @@ def main() -> None:
     times: dict[str, list[float]] = {side: [] for side in SIDES}
     for _ in range(args.rounds):
         for side, code in SIDES.items():
-            times[side].append(cpu_of(code + AFTER.format(objects=args.objects)))
+            times[side].append(cpu_of(code + AFTER.format(objects=args.objects))[0])
     base = statistics.median(times["collector on"])
     print(f"{'side':<18} {'CPU s (median)':>15} {'ratio':>7}   rounds")
     for side, values in times.items():

@@ -14,13 +14,14 @@ system, median over the rounds), its ratio to "as before", and which of the pack
 from __future__ import annotations
 
 import argparse
-import resource
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))  # bench.* when run as a script
+
+from bench.collector_pause import cpu_of  # noqa: E402
 
 HIDE = "from sut.imports import hide_unused_packages\nhide_unused_packages()\n"
 IMPORTS = {
@@ -37,17 +38,8 @@ SIDES = {"as before": "", "hidden": HIDE}
 
 
 def run(code: str) -> tuple[float, str]:
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    proc = subprocess.run(
-        [sys.executable, "-c", code + REPORT],
-        cwd=REPO,
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return cpu, proc.stdout.strip().splitlines()[-1]
+    cpu, out = cpu_of(code + REPORT)
+    return cpu, out.strip().splitlines()[-1]
 
 
 def main() -> None:

@@ -157,15 +157,15 @@ def _start_small_model_build(config) -> None:
 
 def wait_for_small_model_build(timeout_s: float = 900) -> None:
     """Until the controller's build of the small model (if one runs) has ended."""
+    import psutil
+
     pid = int(os.environ.get(SMALL_MODEL_BUILD_ENV) or 0)
     deadline = time.monotonic() + timeout_s
-    while pid and time.monotonic() < deadline:
-        try:  # a zombie (ended, not yet reaped by the controller) counts as ended
-            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
-                return
-        except (OSError, IndexError):
-            return
-        time.sleep(0.5)
+    with contextlib.suppress(psutil.NoSuchProcess):
+        build = psutil.Process(pid) if pid else None
+        # a zombie (ended, not yet reaped by the controller) counts as ended
+        while build and build.status() != psutil.STATUS_ZOMBIE and time.monotonic() < deadline:
+            time.sleep(0.5)
 
 
 @pytest.hookimpl(tryfirst=True)
